@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   -- create/update .venv, train (or reuse) the demo models, evaluate, plot
+#   make test   -- create/update .venv, install the test data, run the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.orbitscope-installed
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+.PHONY: demo test venv test-data bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Real Fashion-MNIST IDX files from Debian's dataset-fashion-mnist package (needs root for apt).
+test-data:
+	@if [ ! -f $(FASHION_MNIST) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; \
+	  else \
+	    echo "note: $(FASHION_MNIST) missing; run 'sudo apt-get install dataset-fashion-mnist' (its tests will be skipped)"; \
+	  fi; \
+	fi
+
+demo: $(STAMP)
+	$(BIN)/orbitscope demo
+
+test: $(STAMP) test-data
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP) test-data
+	$(BIN)/python benchmarks/orbit_throughput.py
+
+clean:
+	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache
