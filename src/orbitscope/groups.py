@@ -409,7 +409,9 @@ class Rotation3D(Orbit):
     def __init__(self, quaternions: np.ndarray) -> None:
         q = np.asarray(quaternions, dtype=np.float64).reshape(-1, 4)
         self.matrices = quaternion_to_matrix(q)
-        self.quaternions = q / np.linalg.norm(q, axis=-1, keepdims=True)
+        norm = np.linalg.norm(q, axis=-1, keepdims=True)
+        # normalise once; already-unit quaternions are kept bit-for-bit so specs round-trip exactly
+        self.quaternions = np.where(np.abs(norm - 1) > 1e-12, q / norm, q)
         self.coords = {"rotation": np.arange(len(q), dtype=np.float64)}
 
     def _elements(self, values: np.ndarray) -> Transforms:
