@@ -1,0 +1,229 @@
+"""Command-line interface: ``orbitscope demo | evaluate | runs | plot``."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+app = typer.Typer(
+    help="orbitscope: evaluate models over transformation-group orbits (NERO plots, stored runs).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+runs_app = typer.Typer(help="List and inspect the runs in a store.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+console = Console()
+err_console = Console(stderr=True)
+
+HomeOption = typer.Option(None, "--home", help="Store directory (default: $ORBITSCOPE_HOME or ./orbitscope-runs).")
+
+
+def _friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn expected errors into a one-line message and exit status 2 (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from .engine import DataError, ModelError
+        from .store import StoreError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError, FileNotFoundError, ImportError, AttributeError, KeyError,
+                StoreError, ModelError, DataError) as exc:
+            err_console.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("samples"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, transient=False,
+    )
+
+
+def _engine_progress(bar: Progress, description: str) -> Callable[[int, int | None], None]:
+    task = bar.add_task(description, total=None)
+
+    def update(done: int, total: int | None) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update
+
+
+def _parse_normalize(text: str | None) -> tuple[list[float], list[float]] | None:
+    if not text:
+        return None
+    try:
+        mean, std = text.split("/")
+        return [float(v) for v in mean.split(",")], [float(v) for v in std.split(",")]
+    except ValueError:
+        raise ValueError(f"--normalize must look like 'MEAN[,MEAN…]/STD[,STD…]', e.g. '0.1307/0.3081'; got {text!r}") from None
+
+
+@app.command()
+@_friendly_errors
+def evaluate(
+    model: str = typer.Option(..., "--model", help="'package.module:factory' (with --weights), a TorchScript or "
+                              "torch.export file, or an orbitscope .safetensors model file."),
+    data: str = typer.Option(..., "--data", help="mnist-subset[:train|test], fashion-mnist[:train|test], "
+                             "idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
+    orbit: str = typer.Option(..., "--orbit", help="e.g. rotation:0:360:5, shift:-8:8:2, scale:0.7:1.3:0.02, "
+                              "'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="safetensors or state-dict file for a factory."),
+    home: Optional[Path] = HomeOption,
+    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: model class and orbit kind)."),
+    batch_size: int = typer.Option(256, help="Samples per chunk (unit of storage and resumption)."),
+    normalize: Optional[str] = typer.Option(None, help="Model input normalisation 'MEAN,…/STD,…', applied after the transform."),
+    device: str = typer.Option("cpu", help="Device for warping and the model, e.g. cpu or cuda."),
+    optimize: bool = typer.Option(False, help="Fold BatchNorm into convolutions and use channels_last."),
+    interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
+    padding: str = typer.Option("zeros", help="zeros, border or reflection."),
+    probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
+    force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
+) -> None:
+    """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
+    from .data import parse_data_spec
+    from .engine import evaluate as run_evaluate
+    from .groups import parse_orbit
+    from .loading import load_user_model
+    from .store import Store
+    from .tasks import Classification
+
+    orb = parse_orbit(orbit)
+    dataset = parse_data_spec(data)
+    net = load_user_model(model, weights)
+    store = Store(home)
+    with _progress_bar() as bar:
+        t0 = time.perf_counter()
+        run = run_evaluate(
+            net, dataset, orb, Classification(store_probabilities=probabilities), store=store, name=name,
+            model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
+            batch_size=batch_size, normalize=_parse_normalize(normalize), device=device, optimize=optimize,
+            interpolation=interpolation, padding=padding, resume=not force,
+            progress=_engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
+        )
+        elapsed = time.perf_counter() - t0
+    console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
+                  f"→ {store.home}")
+    _print_summary([run.result])
+
+
+def _print_summary(results: list[Any]) -> None:
+    table = Table(title="accuracy over the orbit")
+    for col in ("run", "model", "samples", "at identity", "orbit mean", "worst", "worst at", "best at"):
+        table.add_column(col)
+    for r in results:
+        s = r.summary("correct")
+        fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+        where = lambda d: ", ".join(f"{k}={v:g}" for k, v in d.items())  # noqa: E731
+        table.add_row(str(r.attrs.get("run_id", "")), str(r.attrs.get("model_name", "")), str(s["n_samples"]),
+                      fmt(s["at_identity"]), fmt(s["mean"]), fmt(s["worst"]), where(s["worst_at"]), where(s["best_at"]))
+    console.print(table)
+
+
+@runs_app.command("list")
+@_friendly_errors
+def runs_list(home: Optional[Path] = HomeOption) -> None:
+    """List the runs in the store."""
+    from .store import Store
+
+    store = Store(home, create=False)
+    table = Table(title=f"runs in {store.home}")
+    for col in ("run id", "name", "model", "data", "orbit", "status", "samples", "created"):
+        table.add_column(col)
+    for rec in store.runs():
+        orbit = ", ".join(f"{k}×{len(v)}" for k, v in rec.layout.get("coords", {}).items()) or rec.orbit.get("kind", "")
+        done = rec.n_samples if rec.complete else f"{rec.chunks_done} chunks"
+        table.add_row(rec.run_id, rec.name, rec.model_id, rec.data_id, f"{rec.orbit.get('kind')} ({orbit})", rec.status,
+                      str(done), time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.created)))
+    console.print(table)
+
+
+@runs_app.command("show")
+@_friendly_errors
+def runs_show(run: str = typer.Argument(..., help="Run id, unique id prefix, or run name."),
+              home: Optional[Path] = HomeOption) -> None:
+    """Show one run: provenance and headline numbers."""
+    from .store import Store
+
+    store = Store(home, create=False)
+    rec = store.get_run(run)
+    console.print(f"[bold]{rec.run_id}[/]  {rec.name}  ({rec.status})")
+    for key in ("model_name", "model_hash", "model_class", "data_id", "interpolation", "padding", "normalize", "seed",
+                "created", "device"):
+        console.print(f"  {key:14s} {rec.attrs.get(key)}")
+    console.print(f"  {'orbit':14s} {json.dumps(rec.orbit)[:200]}")
+    console.print(f"  {'task':14s} {json.dumps(rec.task)}")
+    console.print(f"  {'versions':14s} {json.dumps(rec.attrs.get('versions'))}")
+    result = store.load(rec.run_id, allow_partial=not rec.complete)
+    if result.n_samples:
+        _print_summary([result])
+
+
+@app.command()
+@_friendly_errors
+def plot(
+    runs: list[str] = typer.Argument(..., help="One or more run ids / prefixes / names, overlaid."),
+    output: Path = typer.Option(..., "-o", "--output", help="Figure file (.png, .pdf or .svg)."),
+    metric: str = typer.Option("correct", help="correct (accuracy), confidence, top1_confidence or entropy."),
+    home: Optional[Path] = HomeOption,
+    title: Optional[str] = typer.Option(None, help="Figure title."),
+) -> None:
+    """Static aggregate NERO plot (polar for rotations, heatmap for 2-D orbits, lines otherwise)."""
+    from .plot import nero_plot, save_figure
+    from .store import Store
+
+    store = Store(home, create=False)
+    results = [store.load(r) for r in runs]
+    path = save_figure(nero_plot(results, metric, title=title), output)
+    console.print(f"wrote {path}")
+
+
+@app.command()
+@_friendly_errors
+def demo(
+    home: Optional[Path] = HomeOption,
+    out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for the figures and summary table."),
+    n: int = typer.Option(500, "--n", help="Held-out digits to evaluate (a multiple of 10)."),
+) -> None:
+    """NERO's MNIST case study: plain vs rotation-augmented CNN over rotations 0…360° by 5°."""
+    from .demo import run_demo
+
+    logging.basicConfig(level=logging.WARNING)
+    t0 = time.perf_counter()
+    with _progress_bar() as bar:
+        state: dict[str, Any] = {}
+
+        def progress(done: int, total: int | None) -> None:
+            state["update"](done, total)
+
+        def status(msg: str) -> None:
+            bar.console.print(f"• {msg}")
+            if msg.startswith("evaluating"):
+                state["update"] = _engine_progress(bar, msg.split(" on ")[0])
+
+        result = run_demo(home, out, n_test=n, status=status, progress=progress)
+    _print_summary([r.result for r in result.runs])
+    for key, path in result.files.items():
+        console.print(f"  {key:16s} {path}")
+    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s "
+                  f"({', '.join(f'{k}: {v:.1f} s' for k, v in result.seconds.items())})")
+    home_arg = f" --home {home}" if home else ""
+    console.print(f"next: [bold]orbitscope runs list{home_arg}[/], "
+                  f"[bold]orbitscope plot {result.runs[0].run_id} {result.runs[1].run_id} -o fig.pdf{home_arg}[/]")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
