@@ -122,8 +122,9 @@ def evaluate(
 
 def _print_summary(results: list[Any]) -> None:
     table = Table(title="accuracy over the orbit")
-    for col in ("run", "model", "samples", "at identity", "orbit mean", "worst", "worst at", "best at"):
-        table.add_column(col)
+    table.add_column("run", no_wrap=True, min_width=16)
+    for col in ("model", "samples", "at identity", "orbit mean", "worst", "worst at", "best at"):
+        table.add_column(col, overflow="fold")
     for r in results:
         s = r.summary("correct")
         fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
@@ -141,8 +142,9 @@ def runs_list(home: Optional[Path] = HomeOption) -> None:
 
     store = Store(home, create=False)
     table = Table(title=f"runs in {store.home}")
-    for col in ("run id", "name", "model", "data", "orbit", "status", "samples", "created"):
-        table.add_column(col)
+    table.add_column("run id", no_wrap=True, min_width=16)
+    for col in ("name", "model", "data", "orbit", "status", "samples", "created"):
+        table.add_column(col, overflow="fold")
     for rec in store.runs():
         orbit = ", ".join(f"{k}×{len(v)}" for k, v in rec.layout.get("coords", {}).items()) or rec.orbit.get("kind", "")
         done = rec.n_samples if rec.complete else f"{rec.chunks_done} chunks"
