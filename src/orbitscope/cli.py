@@ -123,14 +123,14 @@ def evaluate(
 def _print_summary(results: list[Any]) -> None:
     table = Table(title="accuracy over the orbit")
     table.add_column("run", no_wrap=True, min_width=16)
-    for col in ("model", "samples", "at identity", "orbit mean", "worst", "worst at", "best at"):
+    for col in ("model", "samples", "at identity", "orbit mean", "worst (where)"):
         table.add_column(col, overflow="fold")
     for r in results:
         s = r.summary("correct")
-        fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
-        where = lambda d: ", ".join(f"{k}={v:g}" for k, v in d.items())  # noqa: E731
+        ident = "—" if s["at_identity"] is None else f"{s['at_identity']:.3f}"
+        where = ", ".join(f"{k} {v:g}" for k, v in s["worst_at"].items())
         table.add_row(str(r.attrs.get("run_id", "")), str(r.attrs.get("model_name", "")), str(s["n_samples"]),
-                      fmt(s["at_identity"]), fmt(s["mean"]), fmt(s["worst"]), where(s["worst_at"]), where(s["best_at"]))
+                      ident, f"{s['mean']:.3f}", f"{s['worst']:.3f} ({where})")
     console.print(table)
 
 

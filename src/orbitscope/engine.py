@@ -295,6 +295,8 @@ def evaluate(
             rec = st.find_run(run_id)
             if rec is not None and resume:
                 if rec.complete:
+                    if progress is not None:
+                        progress(rec.n_samples or 0, rec.n_samples)
                     return Run(st.load(run_id), run_id, st, reused=True)
                 skip = st.done_chunks(run_id)
                 log.info("resuming run %s: %d chunks already written", run_id, len(skip))
