@@ -235,3 +235,26 @@ def test_act_dispatch_and_errors():
         warp_images(torch.zeros(1, 1, 4, 4, dtype=torch.uint8), Rotation([0.0]).transforms())
     with pytest.raises(ValueError, match="interpolation"):
         warp_images(torch.rand(1, 1, 4, 4), Rotation([0.0]).transforms(), interpolation="cubic")  # type: ignore[arg-type]
+
+
+def test_equivariant_model_gives_flat_nero_curve():
+    """f = D4-symmetric convolution then a pointwise map is exactly equivariant to D4 on square
+    images, so m(f(g·x), g·f(x)) is zero at every element: a flat NERO curve (input and target
+    actions agree)."""
+    kernel = torch.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]).reshape(1, 1, 3, 3) / 16
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(4 * torch.nn.functional.conv2d(x, kernel, padding=1) - 1)
+
+    x = torch.rand(3, 1, 11, 11, generator=GEN)
+    y = f(x)  # the target in the canonical frame
+    mirror = Transforms.create(1, linear=np.diag([-1.0, 1.0]))
+    rotations = Rotation([0.0, 90.0, 180.0, 270.0]).transforms()
+    d4 = Transforms.concat([rotations, rotations.compose(Transforms.concat([mirror] * 4))])
+    inputs = warp_images(x, d4)  # (8, B, 1, H, W)
+    targets = warp_images(y, d4)
+    curve = [(f(inputs[k]) - targets[k]).abs().max().item() for k in range(len(d4))]
+    assert max(curve) < 1e-6, curve
+    # the same model is not equivariant to a non-symmetric group element, so the check can fail
+    r30 = Rotation([30.0]).transforms()
+    assert (f(warp_images(x, r30)[0]) - warp_images(y, r30)[0]).abs().max() > 1e-3
