@@ -127,11 +127,15 @@ def read_idx(path: PathLike) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------- datasets
-def _to_chw_tensor(pixels: np.ndarray, scale: float | None) -> torch.Tensor:
-    """(H,W) or (C,H,W) array -> float32 (C,H,W) tensor, multiplied by ``scale`` if given."""
+def _to_chw_tensor(pixels: np.ndarray, divisor: float | None) -> torch.Tensor:
+    """(H,W) or (C,H,W) array -> float32 (C,H,W) tensor, divided by ``divisor`` if given.
+
+    Division (not multiplication by 1/255) matches ``uint8_tensor.float() / 255`` bit for bit,
+    so a dataset and the same pixels given as arrays evaluate identically.
+    """
     arr = np.array(pixels, dtype=np.float32, copy=True)
-    if scale is not None:
-        arr *= np.float32(scale)
+    if divisor is not None:
+        arr /= np.float32(divisor)
     if arr.ndim == 2:
         arr = arr[None]
     return torch.from_numpy(arr)
@@ -158,9 +162,9 @@ class ArrayDataset(Dataset):
         if images.ndim not in (3, 4):
             raise ValueError(f"images must be (N,H,W) or (N,C,H,W), got shape {images.shape}")
         if images.dtype == np.uint8:
-            self._scale: float | None = 1.0 / 255.0
+            self._divisor: float | None = 255.0
         elif np.issubdtype(images.dtype, np.floating):
-            self._scale = None
+            self._divisor = None
             if images.size:
                 lo, hi = float(images.min()), float(images.max())
                 if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
@@ -191,7 +195,7 @@ class ArrayDataset(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return _to_chw_tensor(self.images[index], self._scale), int(self.labels[index])
+        return _to_chw_tensor(self.images[index], self._divisor), int(self.labels[index])
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -356,7 +360,7 @@ class ImageFolder(Dataset):
             arr = np.asarray(im, dtype=np.uint8)
         if arr.ndim == 3:
             arr = arr.transpose(2, 0, 1)
-        return _to_chw_tensor(arr, 1.0 / 255.0), label
+        return _to_chw_tensor(arr, 255.0), label
 
     def subset(self, indices: Indices, data_id: str | None = None) -> ImageFolder:
         """New ImageFolder restricted to ``indices`` (same classes/options; no file I/O)."""

@@ -74,6 +74,11 @@ class _Source:
         if isinstance(data, DataLoader):
             if data.batch_size is None:
                 raise DataError("a DataLoader given to evaluate needs a fixed batch_size")
+            if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
+                raise DataError(
+                    "a DataLoader given to evaluate must not shuffle or use a custom sampler: results are indexed "
+                    "by position and runs resume by chunk (use shuffle=False)"
+                )
             self.loader = data
             self.chunk_size = int(data.batch_size)
             try:
@@ -94,7 +99,7 @@ class _Source:
             self.chunk_size, self.n = batch_size, len(data)  # type: ignore[arg-type]
             inner = data
         else:
-            raise DataError(
+            raise TypeError(
                 "data must be a torch Dataset of (input, target), a DataLoader, or a pair (images, targets) of "
                 f"arrays; got {type(data).__name__}"
             )
@@ -247,7 +252,7 @@ def evaluate(
         raise ValueError(f"orbit {orbit!r} acts in 3-D and cannot act on images")
     norm = _normalizer(normalize, device)
 
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}  # restored exactly, per submodule
     model.eval()
     try:
         mhash, mid = _model_identity(model)
@@ -259,6 +264,9 @@ def evaluate(
         run_model = run_model.to(device)
         config = {
             "model_hash": mhash,
+            # parameter-free layers (activations, pooling) are invisible to the weight hash
+            "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
+            "optimize": optimize,
             "data_id": source.data_id,
             "n_samples": source.n,
             "orbit": orbit.spec(),
@@ -283,6 +291,7 @@ def evaluate(
             "normalize": config["normalize"],
             "interpolation": interpolation,
             "padding": padding,
+            "optimize": optimize,
             "seed": seed,
             "identity_index": orbit.identity_index() if orbit.identity_index() is not None else -1,
             "versions": _versions(),
@@ -343,7 +352,8 @@ def evaluate(
         attrs.update(run_id=run_id, run_name=name, status="complete", n_samples=done)
         return Run(assemble_result(layout, parts, np.concatenate(samples), attrs), run_id, None)
     finally:
-        model.train(was_training)
+        for module, mode in modes.items():
+            module.training = mode
 
 
 def _evaluate_chunk(

@@ -43,8 +43,8 @@ def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0
         denom = 1 + z * z / n_arr
         centre = (p + z * z / (2 * n_arr)) / denom
         half = z * np.sqrt(p * (1 - p) / n_arr + z * z / (4 * n_arr * n_arr)) / denom
-    lo = np.where(n_arr > 0, centre - half, 0.0)
-    hi = np.where(n_arr > 0, centre + half, 1.0)
+    lo = np.where((n_arr > 0) & (k > 0), centre - half, 0.0)  # exact 0 / 1 at k = 0 / k = n
+    hi = np.where((n_arr > 0) & (k < n_arr), centre + half, 1.0)
     return np.clip(lo, 0, 1), np.clip(hi, 0, 1)
 
 

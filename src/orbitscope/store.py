@@ -97,12 +97,30 @@ class Store:
                 )
             if not create:
                 raise StoreError(f"no orbitscope store at {self.home} (run an evaluation first, or check --home)")
-            self.home.mkdir(parents=True, exist_ok=True)
-            with self._connect() as con:
+            self._create_catalog()
+        self._validated = False
+        self._check_format()
+        self._validated = True
+
+    def _create_catalog(self) -> None:
+        """Build the catalog under a temporary name and link it into place, so a concurrent
+        opener sees either no catalog or a complete one (and two creators do not clash)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self.home / f".{_CATALOG}.{os.getpid()}.tmp"
+        con = sqlite3.connect(tmp)
+        try:
+            with con:
                 con.executescript(_SCHEMA)
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (_FORMAT,))
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(_VERSION),))
-        self._check_format()
+        finally:
+            con.close()
+        try:
+            os.link(tmp, self._catalog)  # fails if another process created it first: keep theirs
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
 
     # -- connection -------------------------------------------------------------------------
     @contextmanager
@@ -112,7 +130,8 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the catalog {self._catalog}: {exc}") from exc
         try:
-            con.execute("PRAGMA journal_mode=WAL")
+            if getattr(self, "_validated", False):  # never touch a foreign database's header
+                con.execute("PRAGMA journal_mode=WAL")
             with con:
                 yield con
         except sqlite3.DatabaseError as exc:
@@ -204,13 +223,16 @@ class Store:
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run with this id, or a unique prefix of it, or a unique name."""
-        rec = self.find_run(run_id) if _looks_like_id(run_id) else None
+        if not run_id or not run_id.strip():
+            raise StoreError(f"empty run id; `orbitscope runs list` shows the runs in {self.home}")
+        is_id = _looks_like_id(run_id)
+        rec = self.find_run(run_id) if is_id else None
         if rec is not None:
             return rec
-        with self._connect() as con:
+        with self._connect() as con:  # exact prefix match (no LIKE wildcards), or exact name
             rows = con.execute(
-                "SELECT run_id FROM runs WHERE run_id LIKE ? OR name = ? ORDER BY created",
-                (run_id.replace("%", "") + "%", run_id),
+                "SELECT run_id FROM runs WHERE (? AND substr(run_id, 1, ?) = ?) OR name = ? ORDER BY created",
+                (is_id, len(run_id), run_id, run_id),
             ).fetchall()
         if len(rows) == 1:
             return self.find_run(rows[0][0])  # type: ignore[return-value]
