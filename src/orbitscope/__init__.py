@@ -12,6 +12,7 @@ Quick tour::
 from importlib.metadata import PackageNotFoundError, version
 
 from .actions import act, list_kinds, rotate_images, warp_images
+from .data import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
 from .engine import DataError, ModelError, Run, evaluate
 from .groups import (
     Brightness,
@@ -28,21 +29,14 @@ from .groups import (
     orbit_from_spec,
     parse_orbit,
 )
+from .loading import load_model, load_user_model, save_model
+from .models import ReferenceCNN, fold_batchnorm, model_hash, optimize_for_inference
 from .result import OrbitResult, aggregate, wilson_interval
 from .store import Store, StoreError
 from .tasks import Classification, Task
+from .training import TrainRecipe, cached_reference_model, train_classifier
 
 try:
     __version__ = version("orbitscope")
 except PackageNotFoundError:  # pragma: no cover
     __version__ = "0.0.0"
-
-
-def __getattr__(name: str):  # lazy access to heavier submodules' public names
-    import importlib
-
-    for module in ("data", "models", "loading", "training"):
-        mod = importlib.import_module(f".{module}", __name__)
-        if name in getattr(mod, "__all__", ()) or (not name.startswith("_") and hasattr(mod, name) and name in dir(mod)):
-            return getattr(mod, name)
-    raise AttributeError(f"module 'orbitscope' has no attribute {name!r}")

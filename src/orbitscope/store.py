@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -282,8 +283,6 @@ class Store:
         with self._connect() as con:
             con.execute("DELETE FROM chunks WHERE run_id = ?", (rec.run_id,))
             con.execute("DELETE FROM runs WHERE run_id = ?", (rec.run_id,))
-        import shutil
-
         shutil.rmtree(self._run_dir(rec.run_id), ignore_errors=True)
 
     # -- reading -----------------------------------------------------------------------------
