@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,13 +37,6 @@ TINY = {"arch": "reference_cnn", "in_channels": 1, "num_classes": 10, "widths": 
 SMALL = {"arch": "reference_cnn", "in_channels": 1, "num_classes": 10, "widths": [4, 8, 8, 16, 16, 32], "hidden": 32}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Small models: one intra-op thread is faster and immune to CPU oversubscription."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 def _randomise_bn(model: nn.Module, seed: int = 0) -> None:

@@ -14,18 +14,11 @@ import xarray as xr
 from scipy import stats
 from torch import nn
 
-import orbitscope as osc
 from orbitscope import Rotation, Translation, aggregate, evaluate, wilson_interval
 from orbitscope.data import mnist_subset
 from orbitscope.result import OrbitResult, mean_interval
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------
