@@ -754,3 +754,15 @@ def test_streams_one_chunk_at_a_time_into_the_store(tmp_path):
     # and the stored result equals an in-memory evaluation
     mem = evaluate(model, FloatDataset(ds.images, ds.labels), orbit, batch_size=chunk, forward_batch=fb)
     assert_results_identical(run.result, mem.result)
+
+
+def test_labels_and_inputs_are_stored_per_sample(tmp_path):
+    """The target and the untransformed input (uint8) are kept once per sample, not per element."""
+    data = mnist_subset("test").subset(range(30))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    res = evaluate(model, data, Rotation([0, 45, 90]), store=tmp_path, batch_size=8).result
+    assert res["label"].dims == ("sample",) and res["input"].dims == ("sample", "channel", "y", "x")
+    np.testing.assert_array_equal(res["label"].values, np.asarray(data.labels))
+    np.testing.assert_array_equal(res["input"].values[:, 0], np.asarray(data.images))  # lossless for 8-bit digits
+    off = evaluate(model, data, Rotation([0, 45, 90]), store_inputs=False).result
+    assert "input" not in off.data and "label" in off.data

@@ -105,6 +105,13 @@ class _Source:
             )
         self.data_id = data_id or getattr(inner, "data_id", None) or f"{type(inner).__name__}:{self.n}"
 
+    def input_numel(self) -> int | None:
+        """Values per input (C·H·W), probed once from the first item; None for loaders."""
+        if not hasattr(self, "_numel"):
+            has_item = self.dataset is not None and (self.n or 0) > 0
+            self._numel = int(torch.as_tensor(self.dataset[0][0]).numel()) if has_item else None  # type: ignore[index]
+        return self._numel
+
     def chunks(self, skip: set[int]) -> Iterator[tuple[int, int, Any]]:
         """Yield (chunk index, first sample index, collated batch) for chunks not in ``skip``."""
         if self.loader is not None:
@@ -203,6 +210,7 @@ def evaluate(
     padding: str = "zeros",
     optimize: bool = False,
     seed: int = 0,
+    store_inputs: bool | None = None,
     resume: bool = True,
     progress: Progress | None = None,
 ) -> Run:
@@ -227,6 +235,9 @@ def evaluate(
         optimize: fold BatchNorm into convolutions and use channels_last (eval-mode numerics are
             unchanged up to float rounding).
         seed: seeds torch's RNG per chunk, so results do not depend on where a run resumed.
+        store_inputs: keep each untransformed input as uint8 (variable ``input``, sample ×
+            channel × y × x) so views can show it and re-transform it; default: only when an
+            input has at most 3 × 128 × 128 values. The target is always kept (``label``).
         resume: reuse a finished run / continue an unfinished one with the same identity.
         progress: called as ``progress(samples_done, n_samples)`` after each chunk.
 
@@ -262,7 +273,10 @@ def evaluate(
 
             run_model = optimize_for_inference(model, fold_bn=True, channels_last=True)
         run_model = run_model.to(device)
+        keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source)
         config = {
+            "result_format": 2,  # bump when the stored variables change
+            "store_inputs": keep_inputs,
             "model_hash": mhash,
             # parameter-free layers (activations, pooling) are invisible to the weight hash
             "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
@@ -326,6 +340,9 @@ def evaluate(
                 torch.manual_seed(seed + chunk)
                 arrays = _evaluate_chunk(run_model, x, torch.as_tensor(targets), transforms, orbit, task, norm, fb,
                                          interpolation, padding, optimize, start)
+            arrays["label"] = torch.as_tensor(targets).cpu().numpy().astype(np.int64).reshape(len(x))
+            if keep_inputs:
+                arrays["input"] = _quantise(x)
             if layout is None:
                 layout = _layout(orbit, task, arrays)
             if st is not None:
@@ -385,11 +402,23 @@ def _evaluate_chunk(
     return {n: a.reshape(b, *orbit.shape, *a.shape[2:]) for n, a in out.items()}
 
 
+_PER_SAMPLE = {"label": [], "input": ["channel", "y", "x"]}
+
+
+def _quantise(x: Tensor) -> np.ndarray:
+    """Inputs in [0, 1] -> uint8 (round(255 x)); lossless for 8-bit source images."""
+    return torch.round(x * 255).clamp(0, 255).to(torch.uint8).cpu().numpy()
+
+
 def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     nd = len(orbit.dims)
-    variables = {}
+    variables: dict[str, Any] = {}
     declared = {v.name: v for v in task.variables(0)}
     for name, a in arrays.items():
+        if name in _PER_SAMPLE:
+            variables[name] = {"dtype": str(a.dtype), "extra_dims": _PER_SAMPLE[name],
+                               "extra_shape": list(a.shape[1:]), "per_sample": True}
+            continue
         extra_shape = list(a.shape[1 + nd :])
         extra_dims = list(declared[name].extra_dims) if name in declared else [f"{name}_dim{i}" for i in range(len(extra_shape))]
         variables[name] = {"dtype": str(a.dtype), "extra_dims": extra_dims, "extra_shape": extra_shape}
@@ -415,11 +444,15 @@ def _normalizer(normalize: Any, device: torch.device) -> Callable[[Tensor], Tens
     return lambda t: (t - m) / s
 
 
+def _small_inputs(source: _Source) -> bool:
+    numel = source.input_numel()
+    return numel is not None and numel <= 3 * 128 * 128
+
+
 def _forward_batch(forward_batch: int, memory_budget_mb: float, source: _Source) -> int:
-    sample = source.dataset[0] if source.dataset is not None and (source.n or 0) > 0 else None
-    if sample is None:
+    numel = source.input_numel()
+    if numel is None:
         return forward_batch
-    numel = int(torch.as_tensor(sample[0]).numel())
     per_image = numel * 4 * 64
     return int(max(1, min(forward_batch, memory_budget_mb * 2**20 // per_image)))
 

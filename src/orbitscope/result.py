@@ -190,14 +190,17 @@ def assemble_result(
     """Build an :class:`OrbitResult` from per-chunk arrays (sample-major, in sample order).
 
     ``layout`` holds ``orbit_dims``, ``orbit_shape``, ``coords`` (per orbit dim) and ``variables``
-    (name -> ``dtype``, ``extra_dims``, ``extra_shape``), as recorded by the engine.
+    (name -> ``dtype``, ``extra_dims``, ``extra_shape``, optional ``per_sample``: the variable has
+    no orbit dims, e.g. the label or the stored input), as recorded by the engine.
     """
     data = {}
     for name, spec in layout["variables"].items():
         chunks = parts.get(name, [])
-        empty = (0, *layout["orbit_shape"], *spec["extra_shape"])
+        orbit_dims = [] if spec.get("per_sample") else list(layout["orbit_dims"])
+        orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
+        empty = (0, *orbit_shape, *spec["extra_shape"])
         values = np.concatenate(chunks) if chunks else np.empty(empty, spec["dtype"])
-        data[name] = (["sample", *layout["orbit_dims"], *spec["extra_dims"]], values)
+        data[name] = (["sample", *orbit_dims, *spec["extra_dims"]], values)
     coords: dict[str, Any] = {d: np.asarray(v) for d, v in layout["coords"].items()}
     coords["sample"] = np.asarray(samples, dtype=np.int64)
     clean = {k: (json.dumps(v) if isinstance(v, (dict, list, tuple)) else v) for k, v in attrs.items() if v is not None}
