@@ -1,44 +1,35 @@
-"""Static NERO plots (matplotlib, no pyplot state: safe headless and in servers).
+"""Static NERO plots (matplotlib ``Figure`` objects, no pyplot state: safe headless).
 
-The layout follows the orbit's topology (NERO, arXiv 2305.19889):
+Renders :class:`~orbitscope.nero.NeroData` (see :mod:`orbitscope.nero` for the definitions):
 
-* one ``angle`` dim -> **polar** plot: polar angle = rotation angle (counter-clockwise, as the
-  images are displayed), radius = metric in [0, 1], rings at 0.2 … 0.8, one closed curve per model
-  with its confidence band;
-* two dims (shifts, products such as rotation × scale) -> **heatmaps** side by side, viridis,
-  range [0, 1] for probabilities;
-* one other dim (scale, brightness, contrast) -> **line** plot with bands.
+* ``polar``: polar angle = rotation angle (counter-clockwise, as images are displayed), radius =
+  metric, rings at 0.2 … 0.8 for [0, 1] metrics, one closed curve per model with its band;
+* ``heatmap``: one panel per model, first orbit dim along x, second along y (+y down for image
+  shifts), viridis, shared colour range ([0, 1] for probabilities);
+* ``line``: metric against the orbit parameter, with bands.
+
+A selected orbit element (``marker``) is drawn as a radial line / cross / vertical line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from .result import OrbitResult, aggregate
+from .nero import MODEL_COLOURS, NeroData, prepare_aggregate, prepare_individual
+from .result import OrbitResult
 
-__all__ = ["nero_plot", "save_figure", "MODEL_COLOURS"]
-
-#: Consistent model colours (colour-blind-safe Okabe–Ito order).
-MODEL_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
-
-_METRIC_LABELS = {
-    "correct": "accuracy",
-    "confidence": "true-class confidence",
-    "top1_confidence": "top-1 confidence",
-    "entropy": "entropy (nats)",
-}
+__all__ = ["render", "nero_plot", "individual_plot", "save_figure", "MODEL_COLOURS"]
 
 
-def _labels(results: Sequence[OrbitResult], labels: Sequence[str] | None) -> list[str]:
-    if labels is not None:
-        if len(labels) != len(results):
-            raise ValueError(f"got {len(labels)} labels for {len(results)} results")
-        return list(labels)
-    return [str(r.attrs.get("run_name") or r.attrs.get("model_name") or f"model {i}") for i, r in enumerate(results)]
+def render(data: NeroData) -> Figure:
+    """Draw prepared NERO data as a matplotlib figure."""
+    fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps}[data.kind](data)
+    fig.suptitle(data.title)
+    return fig
 
 
 def nero_plot(
@@ -49,91 +40,95 @@ def nero_plot(
     title: str | None = None,
     level: float = 0.95,
     band: bool = True,
+    subset: Any = None,
+    marker: dict[str, float] | None = None,
 ) -> Figure:
-    """Aggregate NERO plot of one or more results over the same orbit dims.
-
-    Args:
-        results: results to compare (consistent colours from :data:`MODEL_COLOURS`).
-        variable: the metric, e.g. ``"correct"`` (accuracy) or ``"confidence"``.
-        labels: legend entries (default: run or model names).
-        title: figure title (default: the metric).
-        level: confidence level of the bands (Wilson for accuracy, Student-t for means).
-        band: draw the confidence bands.
-    """
-    results = [results] if isinstance(results, OrbitResult) else list(results)
-    if not results:
-        raise ValueError("nothing to plot: give at least one result")
-    dims = results[0].orbit_dims
-    for r in results[1:]:
-        if r.orbit_dims != dims:
-            raise ValueError(f"cannot overlay results over different orbit dims: {dims} vs {r.orbit_dims}")
-    names = _labels(results, labels)
-    aggs = [aggregate(r, variable, level=level) for r in results]
-    metric = _METRIC_LABELS.get(variable, variable)
-    title = title or f"aggregate NERO plot: {metric}"
-    if len(dims) == 1 and dims[0] == "angle":
-        fig = _polar(aggs, names, metric, band)
-    elif len(dims) == 1:
-        fig = _line(aggs, names, dims[0], metric, band)
-    elif len(dims) == 2:
-        fig = _heatmaps(aggs, names, dims, metric, variable)
-    else:
-        raise ValueError(f"no NERO layout for {len(dims)}-D orbits {dims}; select a 1-D or 2-D slice first")
-    fig.suptitle(title)
-    return fig
+    """Aggregate NERO plot of one or more results (see :func:`orbitscope.nero.prepare_aggregate`)."""
+    data = prepare_aggregate(results, variable, labels=labels, subset=subset, level=level, marker=marker, title=title)
+    if not band:
+        for s in data.series:
+            s.lower = s.upper = None
+    return render(data)
 
 
-def _polar(aggs: list, names: list[str], metric: str, band: bool) -> Figure:
+def individual_plot(
+    results: OrbitResult | Sequence[OrbitResult],
+    sample: int,
+    variable: str = "confidence",
+    *,
+    labels: Sequence[str] | None = None,
+    marker: dict[str, float] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Individual NERO plot of one sample (see :func:`orbitscope.nero.prepare_individual`)."""
+    return render(prepare_individual(results, sample, variable, labels=labels, marker=marker, title=title))
+
+
+def _polar(data: NeroData) -> Figure:
     fig = Figure(figsize=(6.4, 6.4), layout="constrained")
     ax = fig.add_subplot(projection="polar")
-    for i, (agg, name) in enumerate(zip(aggs, names)):
-        colour = MODEL_COLOURS[i % len(MODEL_COLOURS)]
-        theta = np.deg2rad(agg.coords["angle"].values)
-        ax.plot(theta, agg["mean"].values, color=colour, lw=2, label=f"{name}")
-        if band:
-            ax.fill_between(theta, agg["lower"].values, agg["upper"].values, color=colour, alpha=0.2, lw=0)
-    ax.set_ylim(0, 1)
-    ax.set_rticks([0.2, 0.4, 0.6, 0.8])
+    theta = np.deg2rad(data.coords["angle"])
+    for s in data.series:
+        ax.plot(theta, s.values, color=s.colour, lw=2, label=s.label)
+        if s.lower is not None and s.upper is not None:
+            ax.fill_between(theta, s.lower, s.upper, color=s.colour, alpha=0.2, lw=0)
+    if data.value_range is not None:
+        ax.set_ylim(*data.value_range)
+        if data.value_range == (0.0, 1.0):
+            ax.set_rticks([0.2, 0.4, 0.6, 0.8])
     ax.set_rlabel_position(100)
     ax.set_thetagrids(range(0, 360, 45))
-    ax.set_title(f"{metric} vs rotation angle (°, counter-clockwise)", fontsize=10, pad=14)
+    idx = data.marker_index()
+    if idx is not None:
+        t = theta[idx[0]]
+        ax.plot([t, t], list(ax.get_ylim()), color="0.3", lw=1, ls="--")
+        for s in data.series:
+            ax.plot([t], [s.values[idx]], "o", color=s.colour, ms=7, mec="white")
+    ax.set_title(f"{data.metric_label} vs rotation angle (°, counter-clockwise)", fontsize=10, pad=14)
     ax.legend(loc="lower left", bbox_to_anchor=(-0.1, -0.12), fontsize=9, frameon=False)
     return fig
 
 
-def _line(aggs: list, names: list[str], dim: str, metric: str, band: bool) -> Figure:
+def _line(data: NeroData) -> Figure:
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
-    for i, (agg, name) in enumerate(zip(aggs, names)):
-        colour = MODEL_COLOURS[i % len(MODEL_COLOURS)]
-        x = agg.coords[dim].values
-        ax.plot(x, agg["mean"].values, color=colour, lw=2, marker="o", ms=3, label=name)
-        if band:
-            ax.fill_between(x, agg["lower"].values, agg["upper"].values, color=colour, alpha=0.2, lw=0)
+    (dim,) = data.dims
+    x = data.coords[dim]
+    for s in data.series:
+        ax.plot(x, s.values, color=s.colour, lw=2, marker="o", ms=3, label=s.label)
+        if s.lower is not None and s.upper is not None:
+            ax.fill_between(x, s.lower, s.upper, color=s.colour, alpha=0.2, lw=0)
+    idx = data.marker_index()
+    if idx is not None:
+        ax.axvline(x[idx[0]], color="0.3", lw=1, ls="--")
+    if data.value_range is not None:
+        ax.set_ylim(*data.value_range)
     ax.set_xlabel(dim)
-    ax.set_ylabel(metric)
+    ax.set_ylabel(data.metric_label)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
     return fig
 
 
-def _heatmaps(aggs: list, names: list[str], dims: tuple[str, ...], metric: str, variable: str) -> Figure:
-    n = len(aggs)
+def _heatmaps(data: NeroData) -> Figure:
+    n = len(data.series)
     fig = Figure(figsize=(4.2 * n + 1.0, 4.0), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
-    bounded = variable in ("correct", "confidence", "top1_confidence")
-    vmin, vmax = (0.0, 1.0) if bounded else (min(float(np.nanmin(a["mean"])) for a in aggs), max(float(np.nanmax(a["mean"])) for a in aggs))
+    xd, yd = data.dims
+    vmin, vmax = data.value_range if data.value_range is not None else (None, None)
     image = None
-    for ax, agg, name in zip(axes, aggs, names):
-        # first orbit dim along x, second along y (+y pointing down for image shifts)
-        xa, ya = agg.coords[dims[0]].values, agg.coords[dims[1]].values
-        image = ax.pcolormesh(_edges(xa), _edges(ya), agg["mean"].values.T, cmap="viridis", vmin=vmin, vmax=vmax)
-        ax.set_xlabel(dims[0])
-        ax.set_ylabel(dims[1])
-        if dims[1] == "ty":
+    idx = data.marker_index()
+    for ax, s in zip(axes, data.series):
+        image = ax.pcolormesh(_edges(data.coords[xd]), _edges(data.coords[yd]), np.asarray(s.values).T,
+                              cmap="viridis", vmin=vmin, vmax=vmax)
+        if idx is not None:
+            ax.plot([data.coords[xd][idx[0]]], [data.coords[yd][idx[1]]], marker="x", color="red", ms=10, mew=2)
+        ax.set_xlabel(xd)
+        ax.set_ylabel(yd)
+        ax.set_title(s.label, fontsize=10)
+        if yd == "ty":
             ax.invert_yaxis()
-        ax.set_title(name, fontsize=10)
-    fig.colorbar(image, ax=list(axes), label=metric)
+    fig.colorbar(image, ax=list(axes), label=data.metric_label)
     return fig
 
 

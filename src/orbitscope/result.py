@@ -27,8 +27,8 @@ from .groups import Orbit, orbit_from_spec
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result"]
 
-_BINARY = {"correct"}
-_PROBABILITY = {"confidence", "top1_confidence", "correct"}
+_BINARY = {"correct", "consensus_agreement"}
+_PROBABILITY = {"confidence", "top1_confidence", "correct", "consensus_agreement", "consensus_confidence", "tv_to_consensus"}
 
 
 def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
