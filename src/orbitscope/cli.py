@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 app = typer.Typer(
-    help="orbitscope: evaluate models over transformation-group orbits (NERO plots, stored runs).",
+    help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -174,23 +174,112 @@ def runs_show(run: str = typer.Argument(..., help="Run id, unique id prefix, or 
         _print_summary([result])
 
 
+def _parse_marker(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    try:
+        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise ValueError(f"--marker must look like 'angle=90' or 'tx=4,ty=-8', got {text!r}") from None
+
+
 @app.command()
 @_friendly_errors
 def plot(
-    runs: list[str] = typer.Argument(..., help="One or more run ids / prefixes / names, overlaid."),
-    output: Path = typer.Option(..., "-o", "--output", help="Figure file (.png, .pdf or .svg)."),
-    metric: str = typer.Option("correct", help="correct (accuracy), confidence, top1_confidence or entropy."),
+    runs: list[str] = typer.Argument(..., help="One or more run ids / prefixes / names, compared."),
+    output: Path = typer.Option(..., "-o", "--output", help=".png/.pdf/.svg (static) or .html (interactive, offline)."),
+    kind: str = typer.Option("aggregate", help="aggregate, individual (needs --sample), class (needs --cls) "
+                             "or embedding (dimension reduction, one panel per run)."),
+    metric: str = typer.Option("correct", help="correct, confidence, top1_confidence, entropy, consensus_agreement, "
+                               "consensus_confidence, kl_to_consensus, tv_to_consensus."),
+    sample: Optional[int] = typer.Option(None, help="Sample id for --kind individual."),
+    cls: Optional[int] = typer.Option(None, "--cls", help="Class for --kind class."),
+    marker: Optional[str] = typer.Option(None, help="Mark an orbit element, e.g. angle=90."),
+    method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
     home: Optional[Path] = HomeOption,
     title: Optional[str] = typer.Option(None, help="Figure title."),
 ) -> None:
-    """Static aggregate NERO plot (polar for rotations, heatmap for 2-D orbits, lines otherwise)."""
-    from .plot import nero_plot, save_figure
+    """NERO plots for papers (static) or the web (interactive): every kind, from stored runs."""
+    from .nero import prepare_aggregate, prepare_individual
     from .store import Store
 
     store = Store(home, create=False)
     results = [store.load(r) for r in runs]
-    path = save_figure(nero_plot(results, metric, title=title), output)
+    interactive = output.suffix.lower() in (".html", ".htm")
+    mark = _parse_marker(marker)
+    if kind == "embedding":
+        path = _plot_embeddings(results, metric, method, output, interactive)
+    else:
+        if kind == "aggregate":
+            data = prepare_aggregate(results, metric, marker=mark, title=title)
+        elif kind == "class":
+            if cls is None:
+                raise ValueError("--kind class needs --cls CLASS")
+            data = prepare_aggregate(results, metric, subset=cls, marker=mark, title=title)
+        elif kind == "individual":
+            if sample is None:
+                raise ValueError("--kind individual needs --sample ID (see the report or `runs show`)")
+            data = prepare_individual(results, sample, metric, marker=mark, title=title)
+        else:
+            raise ValueError(f"unknown --kind {kind!r}: aggregate, individual, class or embedding")
+        if interactive:
+            from .interactive import render_plotly
+
+            output.parent.mkdir(parents=True, exist_ok=True)
+            render_plotly(data).write_html(output, include_plotlyjs=True)
+            path = output
+        else:
+            from .plot import render, save_figure
+
+            path = save_figure(render(data), output)
     console.print(f"wrote {path}")
+
+
+def _plot_embeddings(results: list[Any], metric: str, method: str, output: Path, interactive: bool) -> Path:
+    from .reduce import embed, orbit_statistic
+
+    figures = []
+    for res in results:
+        emb = embed(res, metric, method=method)
+        colour = orbit_statistic(res, metric, "mean")
+        name = res.attrs.get("run_name") or res.attrs.get("model_name")
+        figures.append((emb, colour, f"{name}: {emb.label} of orbit vectors of {metric}"))
+    if interactive:
+        from .interactive import figure_html
+        from .reduce_plots import scatter_plotly
+
+        body = "".join(figure_html(scatter_plotly(e, c, f"orbit mean of {metric}", t), include_plotlyjs=i == 0)
+                       for i, (e, c, t) in enumerate(figures))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{body}</body></html>")
+        return output
+    if len(figures) != 1:
+        raise ValueError("a static embedding plot shows one run; give one run, or write .html for several")
+    from .plot import save_figure
+    from .reduce_plots import scatter_figure
+
+    (e, c, t), = figures
+    return save_figure(scatter_figure(e, c, f"orbit mean of {metric}", t), output)
+
+
+@app.command()
+@_friendly_errors
+def report(
+    runs: list[str] = typer.Argument(..., help="Run ids / prefixes / names to compare (same orbit)."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write (self-contained)."),
+    metric: str = typer.Option("confidence", help="Metric for the non-equivariance score, embeddings and samples."),
+    method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
+    home: Optional[Path] = HomeOption,
+    title: str = typer.Option("orbitscope report", help="Report title."),
+) -> None:
+    """One self-contained HTML report (offline, no CDN) comparing the given runs."""
+    from .report import write_report
+    from .store import Store
+
+    store = Store(home, create=False)
+    results = [store.load(r) for r in runs]
+    path = write_report(results, output, metric=metric, method=method, title=title)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
 @app.command()
