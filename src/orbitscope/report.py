@@ -196,7 +196,8 @@ def _sensitive_section(results: list[OrbitResult], labels: list[str], metric: st
            f"in {labels[0]}'s own ranking.</p><div class='grid'>"]
     for pos in order:
         sample = int(results[0].data.sample.values[pos])
-        ind = prepare_individual(results, sample, metric, labels=labels)
+        ind = prepare_individual(results, sample, metric, labels=labels,
+                                 title=f"sample {sample}: {METRICS.get(metric, (metric,))[0]}")
         worst_pos = int(np.argmin(ind.series[0].values))
         worst = {d: float(ind.coords[d][i]) for d, i in zip(ind.dims, np.unravel_index(worst_pos, ind.series[0].values.shape))}
         ind.marker = worst
