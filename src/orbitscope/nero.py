@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
-from .result import OrbitResult, aggregate
+from .result import OrbitResult, aggregate, check_same_orbit
 
 __all__ = [
     "METRICS",
@@ -127,14 +127,9 @@ def _labels(results: Sequence[OrbitResult], labels: Sequence[str] | None) -> lis
 def _check_dims(results: Sequence[OrbitResult]) -> tuple[str, ...]:
     if not results:
         raise ValueError("nothing to plot: give at least one result")
-    dims = results[0].orbit_dims
     for r in results[1:]:
-        if r.orbit_dims != dims:
-            raise ValueError(f"cannot compare results over different orbit dims: {dims} vs {r.orbit_dims}")
-        for d in dims:
-            if not np.allclose(r.data.coords[d].values, results[0].data.coords[d].values):
-                raise ValueError(f"cannot compare results whose {d!r} grids differ")
-    return dims
+        check_same_orbit(results[0], r)
+    return results[0].orbit_dims
 
 
 def _value_range(metric: str, series: list[NeroSeries]) -> tuple[float, float] | None:

@@ -34,20 +34,10 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from .result import OrbitResult
+from .result import OrbitResult, check_same_orbit
 
-__all__ = [
-    "METHODS",
-    "Embedding",
-    "Ranking",
-    "embed",
-    "embed_models",
-    "orbit_statistic",
-    "orbit_vectors",
-    "rank_differences",
-    "rank_samples",
-    "reducible_variables",
-]
+__all__ = ["METHODS", "LOWER_IS_BETTER", "Embedding", "embed", "embed_models", "orbit_statistic",
+           "orbit_vectors", "reducible_variables"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +48,7 @@ _NONLINEAR = {"isomap", "tsne", "umap"}
 _LABELS = {"pca": "PCA", "ica": "ICA", "isomap": "Isomap", "tsne": "t-SNE", "umap": "UMAP"}
 
 #: Variables for which a *lower* value is better (used to orient "worst"/"best" rankings).
-LOWER_IS_BETTER: frozenset[str] = frozenset(
-    {"entropy", "error", "loss", "mse", "rmse", "mae", "aee", "epe", "consensus_error"}
-)
+LOWER_IS_BETTER = frozenset({"entropy", "error", "loss", "mse", "rmse", "mae", "aee", "epe", "consensus_error"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,44 +86,7 @@ class Embedding:
         return _LABELS.get(self.method, self.method)
 
 
-@dataclass(frozen=True, eq=False)
-class Ranking:
-    """Samples in rank order (rank 1 first) with the score each was ranked by.
-
-    Attributes:
-        indices: positions into the ``sample`` dim, rank 1 first.
-        scores: the score of each ranked sample (aligned with ``indices``).
-        sample: the sample ids (aligned with ``indices``).
-        by: the ranking criterion.
-        score_name: what ``scores`` are, e.g. ``"orbit mean of correct"``.
-        n_total: samples in the result(s), before any ``subset``.
-    """
-
-    indices: np.ndarray
-    scores: np.ndarray
-    sample: np.ndarray
-    by: str
-    score_name: str
-    n_total: int
-
-    def __len__(self) -> int:
-        return int(self.indices.shape[0])
-
-    def top(self, k: int) -> np.ndarray:
-        """Positions of the first ``k`` ranked samples."""
-        return self.indices[: max(int(k), 0)]
-
-    def rank_of(self, position: int) -> int:
-        """1-based rank of the sample at ``position`` (for a "k/N" display, N = ``len(self)``)."""
-        hits = np.flatnonzero(self.indices == int(position))
-        if hits.size == 0:
-            raise KeyError(f"sample position {position} is not in this ranking (subset of {len(self)})")
-        return int(hits[0]) + 1
-
-
-# ---------------------------------------------------------------------------------------------
-# orbit vectors and statistics
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- orbit vectors
 
 
 def _as_result(obj: Any) -> OrbitResult:
@@ -158,18 +109,15 @@ def reducible_variables(result: OrbitResult | Any) -> list[str]:
 def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
     """Each sample's values of ``variable`` along the orbit, as rows.
 
-    Args:
-        result: an :class:`OrbitResult` (or a ``Run``).
-        variable: a variable with dims ``sample`` × orbit dims, e.g. ``"correct"``,
-            ``"confidence"`` or ``"consensus_agreement"``.
+    ``result`` is an :class:`OrbitResult` (or a ``Run``); ``variable`` any variable with dims
+    ``sample`` × orbit dims (``correct``, ``confidence``, ``consensus_agreement`` …).
 
     Returns:
         (n_samples, n_elements) float64; orbit dims in ``result.orbit_dims`` order, flattened in C
         order (last dim fastest), whatever order the dataset stores them in.
 
     Raises:
-        KeyError: no such variable. ValueError: the variable has other dims (e.g. class
-        probabilities): select or reduce them first.
+        KeyError: no such variable. ValueError: it has other dims too (e.g. class): select first.
     """
     res = _as_result(result)
     if variable not in res.data.data_vars:
@@ -177,11 +125,8 @@ def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
     da = res.data[variable]
     dims = ("sample", *res.orbit_dims)
     if set(da.dims) != set(dims) or len(da.dims) != len(dims):
-        raise ValueError(
-            f"variable {variable!r} has dims {da.dims}; orbit vectors need exactly {dims}. Select or reduce "
-            f"the extra dims first (e.g. result.data[{variable!r}].isel(<dim>=0)); reducible variables: "
-            f"{reducible_variables(res)}"
-        )
+        raise ValueError(f"variable {variable!r} has dims {da.dims}; orbit vectors need exactly {dims}. Select or "
+                         f"reduce the extra dims first (e.g. .isel(<dim>=0)); usable: {reducible_variables(res)}")
     values = np.asarray(da.transpose(*dims).values, dtype=np.float64)
     return values.reshape(values.shape[0], -1)
 
@@ -189,25 +134,19 @@ def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
 _STATS = {"mean": np.mean, "variance": np.var, "std": np.std, "min": np.min, "max": np.max}
 
 
-def orbit_statistic(
-    result: OrbitResult | Any, variable: str, stat: Literal["mean", "variance", "std", "min", "max"] = "mean"
-) -> np.ndarray:
+def orbit_statistic(result: OrbitResult | Any, variable: str,
+                    stat: Literal["mean", "variance", "std", "min", "max"] = "mean") -> np.ndarray:
     """Per-sample statistic of ``variable`` over the orbit, for colouring points.
 
     ``variance`` and ``std`` are population values (ddof = 0): the orbit sample is the whole
-    grid, not a draw from it. A sample with any NaN value gets NaN.
-
-    Returns:
-        (n_samples,) float64 in sample order.
+    grid, not a draw from it. A sample with any NaN value gets NaN. Returns (n_samples,) float64.
     """
     if stat not in _STATS:
         raise ValueError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
     return _STATS[stat](orbit_vectors(result, variable), axis=1)
 
 
-# ---------------------------------------------------------------------------------------------
-# embedding
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------- embedding
 
 
 def _run_captured(fit: Any, notes: list[str]) -> np.ndarray:
@@ -241,14 +180,20 @@ def _fit_pca(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: dict,
 def _fit_ica(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: dict, notes: list) -> tuple:
     from sklearn.decomposition import FastICA
 
-    rank = int(np.linalg.matrix_rank(x - x.mean(axis=0)))
+    # Whiten here (PCA to unit variance) rather than in FastICA: sklearn fixes eigenvector signs
+    # with sign(u[0]), which zeroes a component when the first orbit element is constant (common:
+    # the identity is often right for every sample) and then fails on NaN.
+    n = x.shape[0]
+    u, s, _ = np.linalg.svd(x - x.mean(axis=0), full_matrices=False)
+    rank = int(np.sum(s > s[0] * max(x.shape) * np.finfo(np.float64).eps))
     k_fit = min(k, rank)
     if k_fit < k:
         notes.append(f"data has rank {rank}: ICA found {k_fit} component(s); the rest are 0")
-    kw = {"max_iter": 1000, "whiten": "unit-variance", **kw}
-    params.update(kw)
-    ica = FastICA(n_components=k_fit, random_state=seed, **kw)
-    return _pad(_run_captured(lambda: ica.fit_transform(x), notes), k), None
+    white = u[:, :k_fit] * np.sqrt(n)  # uncorrelated columns with unit variance (ddof = 0)
+    kw = {"max_iter": 1000, **kw}
+    params.update(kw, whiten="unit-variance (PCA, before FastICA)")
+    ica = FastICA(whiten=False, random_state=seed, **kw)
+    return _pad(_run_captured(lambda: ica.fit_transform(white), notes), k), None
 
 
 def _clamp(params: dict, notes: list, name: str, value: float, limit: float, why: str) -> float:
@@ -276,17 +221,23 @@ def _fit_isomap(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: di
 
 def _fit_tsne(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: dict, notes: list) -> tuple:
     from sklearn.manifold import TSNE
+    from threadpoolctl import threadpool_limits
 
     n = x.shape[0]
     kw = dict(kw)
-    # sklearn's neighbour search uses 3·perplexity neighbours; beyond n − 1 it cannot be met
-    perplexity = _clamp(params, notes, "perplexity", float(kw.pop("perplexity", 30.0)), (n - 1) / 3,
-                        f"t-SNE needs perplexity <= (n - 1) / 3 for {n} vectors")
+    # sklearn searches 3·perplexity neighbours, so cap at (n − 1) / 3 as openTSNE does; below 1 the
+    # optimisation degenerates (slow Barnes-Hut, huge coordinates), so never clamp under 1
+    perplexity = _clamp(params, notes, "perplexity", float(kw.pop("perplexity", 30.0)), max((n - 1) / 3, 1.0),
+                        f"t-SNE needs perplexity <= max((n - 1) / 3, 1) for {n} vectors")
     if k >= 4:
         kw.setdefault("method", "exact")  # Barnes-Hut supports at most 3 components
     params.update(kw)
     tsne = TSNE(n_components=k, perplexity=perplexity, random_state=seed, **kw)
-    return _run_captured(lambda: tsne.fit_transform(x), notes), None
+    # Small inputs: one OpenMP thread. Each of the ~1,000 gradient steps is a tiny parallel region
+    # whose barrier stalls for a scheduler slice on a busy machine (0.1 s became 10 s); the
+    # per-point gradients do not depend on the thread count, so the result is the same.
+    with threadpool_limits(limits=1 if n < 2000 else None, user_api="openmp"):
+        return _run_captured(lambda: tsne.fit_transform(x), notes), None
 
 
 def _fit_umap(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: dict, notes: list) -> tuple:
@@ -307,52 +258,45 @@ def _fit_umap(x: np.ndarray, k: int, seed: int, kw: dict[str, Any], params: dict
 _FITTERS = {"pca": _fit_pca, "ica": _fit_ica, "isomap": _fit_isomap, "tsne": _fit_tsne, "umap": _fit_umap}
 
 
-def _resolve_source(
-    source: np.ndarray | OrbitResult | Any, variable: str | None, sample: Sequence[Any] | None
-) -> tuple[np.ndarray, np.ndarray, str | None, str | None]:
-    if isinstance(source, np.ndarray) or (isinstance(source, (list, tuple)) and not hasattr(source, "result")):
+def _source_name(res: OrbitResult) -> str | None:
+    src = res.attrs.get("run_id") or res.attrs.get("model_name")
+    return None if src is None else str(src)
+
+
+def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None,
+                    sample: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray, str | None, str | None]:
+    if isinstance(source, (np.ndarray, list, tuple)):
         x = np.asarray(source, dtype=np.float64)
         ids = np.arange(x.shape[0]) if sample is None else np.asarray(sample)
         return x, ids, variable, None
     res = _as_result(source)
     if variable is None:
         raise ValueError(f"embedding a result needs a variable, one of {reducible_variables(res)}")
-    ids = np.asarray(res.data["sample"].values)
-    src = res.attrs.get("run_id") or res.attrs.get("model_name")
-    return orbit_vectors(res, variable), ids, variable, (str(src) if src is not None else None)
+    return orbit_vectors(res, variable), np.asarray(res.data["sample"].values), variable, _source_name(res)
 
 
-def embed(
-    source: np.ndarray | OrbitResult | Any,
-    variable: str | None = None,
-    method: Method = "pca",
-    n_components: int = 2,
-    seed: int = 0,
-    *,
-    standardize: bool = False,
-    dedupe: bool = True,
-    sample: Sequence[Any] | None = None,
-    **kwargs: Any,
-) -> Embedding:
+def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, method: Method = "pca",
+          n_components: int = 2, seed: int = 0, *, standardize: bool = False, dedupe: bool = True,
+          sample: Sequence[Any] | None = None, **kwargs: Any) -> Embedding:
     """Embed orbit vectors in ``n_components`` dimensions.
 
     Args:
         source: (n_samples, n_elements) vectors, or an :class:`OrbitResult` / ``Run`` together
             with ``variable`` (see :func:`orbit_vectors`).
         variable: the metric to embed when ``source`` is a result.
-        method: ``"pca"`` (sklearn PCA), ``"ica"`` (FastICA, unit-variance whitening, up to 1,000
-            iterations), ``"isomap"`` (5 neighbours), ``"tsne"`` (perplexity 30, PCA init) or
-            ``"umap"`` (umap-learn, 15 neighbours); see the module conventions for clamping.
+        method: ``"pca"`` (sklearn PCA), ``"ica"`` (FastICA on our own unit-variance PCA
+            whitening, so no ``whiten`` keyword; up to 1,000 iterations), ``"isomap"`` (5
+            neighbours, dense eigensolver up to 2,000 vectors), ``"tsne"`` (perplexity 30, PCA
+            init) or ``"umap"`` (umap-learn, 15 neighbours); clamping: see the module docstring.
         n_components: output dimensions (2 for a scatter plot).
         seed: ``random_state`` of the method; the same seed gives the same coordinates.
         standardize: z-score each orbit element first (off by default, see module docstring).
         dedupe: for Isomap, t-SNE and UMAP, embed distinct vectors only (duplicates coincide).
         sample: sample ids when ``source`` is an array (default ``0..n-1``).
-        **kwargs: passed to the estimator (e.g. ``perplexity=10``, ``init="random"``,
-            ``min_dist=0.5``).
+        **kwargs: passed to the estimator (``perplexity=10``, ``init="random"``, ``min_dist=0.5`` …).
 
     Returns:
-        An :class:`Embedding`; coordinates in the vectors' row order.
+        An :class:`Embedding`, rows in the vectors' order.
 
     Raises:
         ValueError: unknown method, fewer than 3 samples, no orbit elements, NaN or inf values.
@@ -363,34 +307,29 @@ def embed(
         raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
     k = int(n_components)
     x, ids, variable, src = _resolve_source(source, variable, sample)
-    if x.ndim != 2:
-        raise ValueError(f"orbit vectors must be 2-D (n_samples, n_elements), got shape {x.shape}")
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"orbit vectors must be 2-D (n_samples, n_elements >= 1), got shape {x.shape}")
     n = x.shape[0]
     if n < 3:
         raise ValueError(f"dimension reduction needs at least 3 samples, got {n}; evaluate more samples")
-    if x.shape[1] == 0:
-        raise ValueError("orbit vectors are empty (0 orbit elements)")
     if ids.shape != (n,):
         raise ValueError(f"got {ids.shape[0] if ids.ndim else 1} sample ids for {n} vectors")
     bad = ~np.isfinite(x).all(axis=1)
     if bad.any():
-        raise ValueError(
-            f"{int(bad.sum())} of {n} orbit vectors contain NaN or inf (first at positions "
-            f"{np.flatnonzero(bad)[:5].tolist()}); select the finite samples before embedding"
-        )
+        raise ValueError(f"{int(bad.sum())} of {n} orbit vectors contain NaN or inf (first at positions "
+                         f"{np.flatnonzero(bad)[:5].tolist()}); select the finite samples before embedding")
     if standardize:
         sd = x.std(axis=0)
         x = (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
     params: dict[str, Any] = {"n_components": k, "seed": seed, "standardize": standardize}
     notes: list[str] = []
     evr: np.ndarray | None = None
-    uniq, inverse = np.unique(x, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    if uniq.shape[0] == 1:
+    if not np.any(x != x[0]):
         notes.append("all orbit vectors are identical: every sample embeds at the origin")
         coords = np.zeros((n, k))
         evr = np.zeros(k) if method == "pca" else None
     elif method in _NONLINEAR and dedupe:
+        uniq, inverse = np.unique(x, axis=0, return_inverse=True)
         params.update(dedupe=True, n_unique=int(uniq.shape[0]))
         if uniq.shape[0] < n:
             notes.append(f"{n - uniq.shape[0]} duplicate vectors placed on their representative")
@@ -401,7 +340,7 @@ def embed(
             base[:, 0] = [-half, half]
         else:
             base, _ = _FITTERS[method](uniq, k, seed, kwargs, params, notes)
-        coords = base[inverse]
+        coords = base[inverse.reshape(-1)]
     else:
         coords, evr = _FITTERS[method](x, k, seed, kwargs, params, notes)
     for key, value in kwargs.items():
@@ -410,16 +349,8 @@ def embed(
                      tuple(notes))
 
 
-def embed_models(
-    results: Sequence[OrbitResult | Any],
-    variable: str,
-    method: Method = "pca",
-    seed: int = 0,
-    *,
-    n_components: int = 2,
-    joint: bool = False,
-    **kwargs: Any,
-) -> list[Embedding]:
+def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Method = "pca", seed: int = 0, *,
+                 n_components: int = 2, joint: bool = False, **kwargs: Any) -> list[Embedding]:
     """One embedding per model, all with the same method and parameters.
 
     Args:
@@ -437,141 +368,12 @@ def embed_models(
         raise ValueError("embed_models needs at least one result")
     if not joint:
         return [embed(r, variable, method, n_components, seed, **kwargs) for r in resolved]
-    dims = resolved[0].orbit_dims
     for r in resolved[1:]:
-        _check_same_orbit(resolved[0], r, dims)
+        check_same_orbit(resolved[0], r)
     vectors = [orbit_vectors(r, variable) for r in resolved]
     ids = np.concatenate([np.asarray(r.data["sample"].values) for r in resolved])
     stacked = embed(np.concatenate(vectors), variable, method, n_components, seed, sample=ids, **kwargs)
-    out, start = [], 0
-    for r, v in zip(resolved, vectors):
-        stop = start + v.shape[0]
-        src = r.attrs.get("run_id") or r.attrs.get("model_name")
-        out.append(Embedding(stacked.coords[start:stop].copy(), method, {**stacked.params, "joint": True},
-                             ids[start:stop], stacked.explained_variance_ratio, variable,
-                             str(src) if src is not None else None, stacked.notes))
-        start = stop
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# rankings
-# ---------------------------------------------------------------------------------------------
-
-
-def _higher_is_better(variable: str, override: bool | None) -> bool:
-    return override if override is not None else variable.lower() not in LOWER_IS_BETTER
-
-
-def _subset_positions(n: int, subset: Any) -> np.ndarray:
-    if subset is None:
-        return np.arange(n)
-    sub = np.asarray(subset)
-    if sub.dtype == bool:
-        if sub.shape != (n,):
-            raise ValueError(f"boolean subset must have one entry per sample ({n}), got shape {sub.shape}")
-        return np.flatnonzero(sub)
-    pos = np.unique(sub.astype(np.int64).reshape(-1))  # sorted: ties then follow position order
-    if pos.size and (pos[0] < 0 or pos[-1] >= n):
-        raise IndexError(f"subset positions must be in [0, {n}), got {pos[0]}..{pos[-1]}")
-    return pos
-
-
-def _ranked(scores: np.ndarray, descending: bool, positions: np.ndarray, ids: np.ndarray, by: str,
-            score_name: str) -> Ranking:
-    s = scores[positions]
-    order = np.argsort(-s if descending else s, kind="stable")  # stable: ties by position; NaN last
-    picked = positions[order]
-    return Ranking(picked, scores[picked], ids[picked], by, score_name, int(scores.shape[0]))
-
-
-def rank_samples(
-    result: OrbitResult | Any,
-    variable: str,
-    by: Literal["worst", "best", "most_variable"] = "worst",
-    subset: Any = None,
-    *,
-    higher_is_better: bool | None = None,
-) -> Ranking:
-    """Rank samples by their orbit mean (worst / best first) or orbit variance (most variable first).
-
-    Args:
-        result: an :class:`OrbitResult` (or a ``Run``).
-        variable: the metric (dims ``sample`` × orbit dims).
-        by: ``"worst"``: lowest orbit mean first (highest for lower-is-better metrics such as
-            entropy, see :data:`LOWER_IS_BETTER`); ``"best"``: the reverse; ``"most_variable"``:
-            highest orbit variance (ddof = 0) first.
-        subset: boolean mask or positions restricting the ranking (e.g. one class); returned
-            indices are still positions in the full result.
-        higher_is_better: override the metric's orientation.
-
-    Returns:
-        A :class:`Ranking`; ties are broken by position (stable), NaN scores rank last.
-    """
-    res = _as_result(result)
-    vectors = orbit_vectors(res, variable)
-    positions = _subset_positions(vectors.shape[0], subset)
-    ids = np.asarray(res.data["sample"].values)
-    if by == "most_variable":
-        return _ranked(vectors.var(axis=1), True, positions, ids, by, f"orbit variance of {variable}")
-    if by not in ("worst", "best"):
-        raise ValueError(f"by must be 'worst', 'best' or 'most_variable', got {by!r}")
-    higher = _higher_is_better(variable, higher_is_better)
-    descending = (by == "best") == higher
-    return _ranked(vectors.mean(axis=1), descending, positions, ids, by, f"orbit mean of {variable}")
-
-
-def _check_same_orbit(a: OrbitResult, b: OrbitResult, dims: tuple[str, ...]) -> None:
-    if b.orbit_dims != dims:
-        raise ValueError(f"results have different orbit dims: {dims} vs {b.orbit_dims}")
-    for d in dims:
-        ca, cb = np.asarray(a.data[d].values), np.asarray(b.data[d].values)
-        if ca.shape != cb.shape or not np.array_equal(ca, cb):
-            raise ValueError(f"results sample different orbit elements along {d!r}; evaluate both on the same orbit")
-
-
-def rank_differences(
-    result_a: OrbitResult | Any,
-    result_b: OrbitResult | Any,
-    variable: str,
-    by: Literal["a_worse", "b_worse", "abs"] = "abs",
-    subset: Any = None,
-    *,
-    higher_is_better: bool | None = None,
-) -> Ranking:
-    """Rank samples by how two models (evaluated on the same samples and orbit) differ.
-
-    Scores, per sample, with ``a`` and ``b`` its orbit vectors:
-
-    * ``"a_worse"``: ``mean(b - a)`` (``mean(a - b)`` for lower-is-better metrics), largest first:
-      where model A falls furthest behind B on average over the orbit;
-    * ``"b_worse"``: the same with A and B swapped;
-    * ``"abs"``: ``mean(|a - b|)``, largest first: where the two orbit curves differ most,
-      even when their means agree.
-
-    Raises:
-        ValueError: the results do not share sample ids (in order) or orbit elements.
-
-    Returns:
-        A :class:`Ranking` over positions (identical in both results); ties by position.
-    """
-    ra, rb = _as_result(result_a), _as_result(result_b)
-    ids_a, ids_b = np.asarray(ra.data["sample"].values), np.asarray(rb.data["sample"].values)
-    if ids_a.shape != ids_b.shape or not np.array_equal(ids_a, ids_b):
-        raise ValueError(
-            f"results are not aligned: {ids_a.shape[0]} vs {ids_b.shape[0]} samples with different ids; "
-            "evaluate both models on the same data, or select common samples with "
-            "result.data.sel(sample=...) first"
-        )
-    _check_same_orbit(ra, rb, ra.orbit_dims)
-    a, b = orbit_vectors(ra, variable), orbit_vectors(rb, variable)
-    if by == "abs":
-        scores, name = np.abs(a - b).mean(axis=1), f"mean |A - B| of {variable}"
-    elif by in ("a_worse", "b_worse"):
-        sign = 1.0 if _higher_is_better(variable, higher_is_better) else -1.0
-        worse, better = (a, b) if by == "a_worse" else (b, a)
-        scores = sign * (better - worse).mean(axis=1)
-        name = f"mean {'B - A' if by == 'a_worse' else 'A - B'} of {variable}" + ("" if sign > 0 else " (negated)")
-    else:
-        raise ValueError(f"by must be 'a_worse', 'b_worse' or 'abs', got {by!r}")
-    return _ranked(scores, True, _subset_positions(a.shape[0], subset), ids_a, by, name)
+    stops = np.cumsum([v.shape[0] for v in vectors])
+    return [Embedding(stacked.coords[stop - v.shape[0]:stop].copy(), method, {**stacked.params, "joint": True},
+                      ids[stop - v.shape[0]:stop], stacked.explained_variance_ratio, variable, _source_name(r),
+                      stacked.notes) for r, v, stop in zip(resolved, vectors, stops)]

@@ -26,7 +26,8 @@ from PIL import Image
 from . import __version__
 from .interactive import figure_html, render_plotly
 from .nero import METRICS, prepare_aggregate, prepare_individual
-from .reduce import embed, orbit_statistic, rank_samples
+from .ranking import rank_samples
+from .reduce import embed, orbit_statistic
 from .reduce_plots import scatter_plotly
 from .result import OrbitResult
 

@@ -25,7 +25,7 @@ from scipy import stats
 
 from .groups import Orbit, orbit_from_spec
 
-__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result"]
+__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit"]
 
 _BINARY = {"correct", "consensus_agreement"}
 _PROBABILITY = {"confidence", "top1_confidence", "correct", "consensus_agreement", "consensus_confidence", "tv_to_consensus"}
@@ -205,3 +205,15 @@ def assemble_result(
     coords["sample"] = np.asarray(samples, dtype=np.int64)
     clean = {k: (json.dumps(v) if isinstance(v, (dict, list, tuple)) else v) for k, v in attrs.items() if v is not None}
     return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean))
+
+
+def check_same_orbit(a: OrbitResult, b: OrbitResult) -> None:
+    """Raise ValueError unless two results sample the same orbit elements (same dims and grids)."""
+    dims = a.orbit_dims
+    if b.orbit_dims != dims:
+        raise ValueError(f"results have different orbit dims: {dims} vs {b.orbit_dims}")
+    for d in dims:
+        ca, cb = np.asarray(a.data[d].values), np.asarray(b.data[d].values)
+        if ca.shape != cb.shape or not np.allclose(ca, cb):
+            raise ValueError(f"results sample different orbit elements (their {d!r} grids differ); "
+                             "evaluate both on the same orbit")
