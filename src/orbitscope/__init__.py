@@ -12,7 +12,9 @@ Quick tour::
 from importlib.metadata import PackageNotFoundError, version
 
 from .actions import act, list_kinds, rotate_images, warp_images
+from .consensus import consensus_scores, invariance_measures, with_consensus
 from .data import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
+from .equivariant import P4CNN, symmetrize
 from .engine import DataError, ModelError, Run, evaluate
 from .groups import (
     Brightness,
@@ -37,6 +39,11 @@ from .tasks import Classification, Task
 from .training import TrainRecipe, cached_reference_model, train_classifier
 
 __all__ = [
+    "P4CNN",
+    "consensus_scores",
+    "invariance_measures",
+    "symmetrize",
+    "with_consensus",
     "ArrayDataset",
     "Brightness",
     "Classification",

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .groups import Transforms, _embed, rotation_matrix
+from .transforms import Transforms, _embed, rotation_matrix
 
 __all__ = [
     "warp_images",

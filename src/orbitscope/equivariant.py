@@ -27,22 +27,22 @@ Convention:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from typing import Any, Literal, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .actions import warp_images
-from .groups import Orbit, Transforms, parse_orbit
+from .groups import Orbit, Transforms, orbit_from_spec, parse_orbit
+from .transforms import check_closed, element_features
 
 __all__ = [
     "Symmetrized",
     "symmetrize",
-    "unique_elements",
-    "check_closed",
     "rotate_p4",
     "P4LiftingConv",
     "P4GroupConv",
@@ -55,66 +55,6 @@ Reduce = Literal["mean_probs", "mean_logits"]
 # ---------------------------------------------------------------------------------------------
 # group averaging
 # ---------------------------------------------------------------------------------------------
-
-
-def _element_features(t: Transforms) -> np.ndarray:
-    """(K, F) float array describing each element (linear, shift, gain, contrast, time flag)."""
-    return np.concatenate(
-        [t.linear.reshape(len(t), -1), t.shift, t.gain[:, None], t.contrast[:, None], t.time_reversed[:, None].astype(float)],
-        axis=1,
-    )
-
-
-def unique_elements(t: Transforms, atol: float = 1e-6) -> np.ndarray:
-    """Representative index of every element of ``t``: ``rep[i]`` is the first j with g_j == g_i.
-
-    Two elements are equal when all their parts (linear map, shift in pixels, gain, contrast)
-    agree within ``atol`` (absolute, max-norm) and their time-reversal flags agree. For example
-    0° and 360° in NERO's 73-angle grid are the same element. ``np.unique(rep)`` lists the
-    distinct elements in order of first appearance.
-    """
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-    from scipy.spatial import cKDTree
-
-    k = len(t)
-    if k == 1:
-        return np.zeros(1, dtype=np.int64)
-    pairs = cKDTree(_element_features(t)).query_pairs(atol, p=np.inf, output_type="ndarray")
-    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(k, k)) if len(pairs) else coo_matrix((k, k))
-    _, labels = connected_components(graph, directed=False)
-    first = np.full(labels.max() + 1, k, dtype=np.int64)
-    np.minimum.at(first, labels, np.arange(k))
-    return first[labels]
-
-
-def check_closed(t: Transforms, atol: float = 1e-6) -> Transforms:
-    """Return the distinct elements of ``t`` after checking they form a finite group.
-
-    A finite set of invertible elements is a group iff it is closed under composition: for every
-    pair (a, b) of distinct elements, ``a ∘ b`` must equal (within ``atol``) an element of the set.
-
-    Raises:
-        ValueError: naming one pair whose composition falls outside the set.
-    """
-    rep = unique_elements(t, atol)
-    uniq = t[np.unique(rep)]
-    n = len(uniq)
-    ia, ib = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    prods = uniq[ia.ravel()].compose(uniq[ib.ravel()])
-    feats = _element_features(uniq)
-    from scipy.spatial import cKDTree
-
-    dist, _ = cKDTree(feats).query(_element_features(prods), p=np.inf)
-    bad = np.flatnonzero(dist > atol)
-    if bad.size:
-        a, b = ia.ravel()[bad[0]], ib.ravel()[bad[0]]
-        raise ValueError(
-            f"the {n} distinct elements are not closed under composition (element {a} ∘ element {b} is not "
-            f"among them), so averaging over them is not invariant; use a finite subgroup such as "
-            f"Rotation90() or Rotation(range(0, 360, 45)) (a full circle with a constant step)"
-        )
-    return uniq
 
 
 class Symmetrized(nn.Module):
@@ -155,6 +95,13 @@ class Symmetrized(nn.Module):
             return None
         return {"arch": "symmetrized", "model": inner, "orbit": self.orbit_spec, "reduce": self.reduce,
                 "interpolation": self.interpolation, "padding": self.padding}
+
+    def extra_repr(self) -> str:
+        # the group is part of the architecture: evaluate() keys runs on repr(model) and the weights
+        digest = hashlib.sha256(element_features(self.elements).round(9).tobytes()).hexdigest()[:12]
+        group = json.dumps(self.orbit_spec, sort_keys=True) if self.orbit_spec is not None else "custom"
+        return (f"group={group}, elements={len(self.elements)} ({digest}), reduce={self.reduce}, "
+                f"interpolation={self.interpolation}, padding={self.padding}")
 
     def forward(self, x: Tensor) -> Tensor:
         """Images (B, C, H, W) in [0, 1] -> (B, classes): log of the mean probability
@@ -200,8 +147,7 @@ def symmetrize(
 def _build_symmetrized(model: dict[str, Any], orbit: dict[str, Any], reduce: Reduce = "mean_probs",
                        interpolation: str = "bilinear", padding: str = "zeros") -> Symmetrized:
     """Registry factory: ``{"arch": "symmetrized", "model": inner config, "orbit": orbit spec}``."""
-    from .groups import orbit_from_spec
-    from .models import build_model
+    from .models import build_model  # lazy: models imports this module to register P4CNN
 
     return Symmetrized(build_model(model), orbit_from_spec(orbit), reduce, interpolation=interpolation, padding=padding)
 
@@ -240,8 +186,12 @@ class P4LiftingConv(nn.Module):
             raise ValueError(f"kernel_size must be odd (so rotations keep the kernel centred), got {kernel_size}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.bias: nn.Parameter | None
+        self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         _init_conv_(self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, bias={self.bias is not None}"
 
     def filter_bank(self) -> Tensor:
         """(C_out·4, C_in, k, k): filter o rotated by r at row ``4·o + r``."""
@@ -270,8 +220,12 @@ class P4GroupConv(nn.Module):
             raise ValueError(f"kernel_size must be odd (so rotations keep the kernel centred), got {kernel_size}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.weight = nn.Parameter(torch.empty(out_channels, in_channels * 4, kernel_size, kernel_size))
-        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self.bias: nn.Parameter | None
+        self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         _init_conv_(self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, bias={self.bias is not None}"
 
     def filter_bank(self) -> Tensor:
         """(C_out·4, C_in·4, k, k): row ``4·o + r`` is filter o transformed by the rotation r."""
@@ -302,11 +256,14 @@ class P4CNN(nn.Module):
 
     Layout (``widths = (w0, w1, w2, w3)``)::
 
-        P4LiftingConv(in, w0) → BN → ReLU
-        P4GroupConv(w0, w1)   → BN → ReLU → 2×2 max pool
+        P4LiftingConv(in, w0) → BN → ReLU → 2×2 max pool
+        P4GroupConv(w0, w1)   → BN → ReLU
         P4GroupConv(w1, w2)   → BN → ReLU → 2×2 max pool
         P4GroupConv(w2, w3)   → BN → ReLU
-        max over the rotation axis → mean over space → Linear(w3, hidden) → ReLU → Linear(hidden, classes)
+        max over the rotation axis and over space → Linear(w3, hidden) → ReLU → Linear(hidden, classes)
+
+    Global *max* pooling (as in Cohen & Welling's P4CNN) learns much faster here than a spatial
+    mean (MNIST subset, 3 epochs: 90% vs 72% test accuracy).
 
     BatchNorm is ``BatchNorm3d`` over (B, C, 4, H, W): one mean/variance/affine per channel, shared
     by the four rotations (a per-rotation normalisation would break equivariance). All kernels
@@ -325,7 +282,7 @@ class P4CNN(nn.Module):
 
     arch_name = "p4cnn"
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (8, 8, 16, 16),
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (8, 16, 16, 32),
                  hidden: int = 64) -> None:
         super().__init__()
         widths = tuple(int(w) for w in widths)
@@ -336,8 +293,8 @@ class P4CNN(nn.Module):
         self.in_channels, self.num_classes, self.widths, self.hidden = int(in_channels), int(num_classes), widths, int(hidden)
         w0, w1, w2, w3 = widths
         self.features = nn.Sequential(
-            P4LiftingConv(in_channels, w0, bias=False), nn.BatchNorm3d(w0), nn.ReLU(inplace=True),
-            P4GroupConv(w0, w1, bias=False), nn.BatchNorm3d(w1), nn.ReLU(inplace=True), _P4Pool(),
+            P4LiftingConv(in_channels, w0, bias=False), nn.BatchNorm3d(w0), nn.ReLU(inplace=True), _P4Pool(),
+            P4GroupConv(w0, w1, bias=False), nn.BatchNorm3d(w1), nn.ReLU(inplace=True),
             P4GroupConv(w1, w2, bias=False), nn.BatchNorm3d(w2), nn.ReLU(inplace=True), _P4Pool(),
             P4GroupConv(w2, w3, bias=False), nn.BatchNorm3d(w3), nn.ReLU(inplace=True),
         )
@@ -350,10 +307,10 @@ class P4CNN(nn.Module):
                 "widths": list(self.widths), "hidden": self.hidden}
 
     def invariant_features(self, x: Tensor) -> Tensor:
-        """(B, widths[-1]) features invariant to 90° rotations (rotation max, spatial mean)."""
+        """(B, widths[-1]) features invariant to 90° rotations (max over rotations and space)."""
         if x.ndim != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"P4CNN expected images (B, {self.in_channels}, H, W), got {tuple(x.shape)}")
-        return self.features(x).amax(dim=2).mean(dim=(-2, -1))
+        return self.features(x).amax(dim=(2, 3, 4))
 
     def forward(self, x: Tensor) -> Tensor:
         """Images (B, C, H, W) in [0, 1] -> logits (B, num_classes)."""

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
+from .transforms import Transforms, check_closed, quaternion_to_matrix, rotation_matrix, unique_elements
+
 __all__ = [
     "Transforms",
+    "unique_elements",
+    "check_closed",
     "Orbit",
     "Rotation",
     "Rotation90",
@@ -51,181 +54,6 @@ __all__ = [
     "orbit_from_spec",
     "list_orbits",
 ]
-
-
-def rotation_matrix(angle_deg: float | np.ndarray) -> np.ndarray:
-    """Planar rotation matrices (..., 2, 2), counter-clockwise as displayed (y axis down).
-
-    Multiples of 90° are returned exactly (entries in {-1, 0, 1}).
-    """
-    a = np.asarray(angle_deg, dtype=np.float64)
-    rad = np.deg2rad(a)
-    c, s = np.cos(rad), np.sin(rad)
-    quarter = np.isclose(np.mod(a, 90.0), 0.0) | np.isclose(np.mod(a, 90.0), 90.0)
-    k = np.mod(np.round(a / 90.0), 4).astype(int)
-    c = np.where(quarter, np.array([1.0, 0.0, -1.0, 0.0])[k], c)
-    s = np.where(quarter, np.array([0.0, 1.0, 0.0, -1.0])[k], s)
-    return np.stack([np.stack([c, s], -1), np.stack([-s, c], -1)], -2)
-
-
-def quaternion_to_matrix(q: np.ndarray) -> np.ndarray:
-    """Unit quaternions (..., 4) as (w, x, y, z) -> right-handed rotation matrices (..., 3, 3)."""
-    q = np.asarray(q, dtype=np.float64)
-    if q.shape[-1] != 4:
-        raise ValueError(f"quaternions must have shape (..., 4) as (w, x, y, z), got {q.shape}")
-    norm = np.linalg.norm(q, axis=-1, keepdims=True)
-    if np.any(norm < 1e-12):
-        raise ValueError("quaternions must be non-zero (they are normalised to unit length)")
-    w, x, y, z = np.moveaxis(q / norm, -1, 0)
-    return np.stack(
-        [
-            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-            np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-            np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-        ],
-        -2,
-    )
-
-
-def _embed(linear: np.ndarray, shift: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
-    """Embed planar (d=2) parts into 3-D (rotation about z, acting on x and y)."""
-    k, d0 = linear.shape[0], linear.shape[1]
-    if d0 == d:
-        return linear, shift
-    if d0 == 3 and d == 2:
-        raise ValueError("a 3-D rotation cannot act on planar data (images, boxes, flow)")
-    lin = np.tile(np.eye(3), (k, 1, 1))
-    lin[:, :2, :2] = linear
-    sh = np.zeros((k, 3))
-    sh[:, :2] = shift
-    return lin, sh
-
-
-@dataclass(frozen=True, eq=False)
-class Transforms:
-    """A batch of K group elements (see the module docstring for the convention).
-
-    Arrays are float64 numpy arrays; actions convert them to the data's device and dtype.
-    """
-
-    linear: np.ndarray
-    shift: np.ndarray
-    gain: np.ndarray
-    contrast: np.ndarray
-    time_reversed: np.ndarray
-
-    def __post_init__(self) -> None:
-        k = self.linear.shape[0]
-        if self.linear.ndim != 3 or self.linear.shape[1] != self.linear.shape[2] or self.linear.shape[1] not in (2, 3):
-            raise ValueError(f"linear must be (K, d, d) with d in (2, 3), got {self.linear.shape}")
-        if self.shift.shape != (k, self.linear.shape[1]):
-            raise ValueError(f"shift must be (K, d) = {(k, self.linear.shape[1])}, got {self.shift.shape}")
-        for name in ("gain", "contrast", "time_reversed"):
-            if getattr(self, name).shape != (k,):
-                raise ValueError(f"{name} must have shape ({k},), got {getattr(self, name).shape}")
-        if np.any(self.gain <= 0) or np.any(self.contrast <= 0):
-            raise ValueError("gain and contrast factors must be > 0 (so that every element is invertible)")
-
-    # -- construction ----------------------------------------------------------------------
-    @classmethod
-    def create(
-        cls,
-        k: int | None = None,
-        *,
-        linear: np.ndarray | None = None,
-        shift: np.ndarray | None = None,
-        gain: np.ndarray | float | None = None,
-        contrast: np.ndarray | float | None = None,
-        time_reversed: np.ndarray | bool | None = None,
-        dim: int = 2,
-    ) -> "Transforms":
-        """Build K elements; every part left out is the identity."""
-        if k is None:
-            for arr in (linear, shift, gain, contrast, time_reversed):
-                if arr is not None and np.ndim(arr) > 0:
-                    k = len(arr)
-                    break
-            else:
-                k = 1
-        lin = np.tile(np.eye(dim), (k, 1, 1)) if linear is None else np.asarray(linear, np.float64).reshape(k, -1, np.shape(linear)[-1])
-        d = lin.shape[1]
-        sh = np.zeros((k, d)) if shift is None else np.asarray(shift, np.float64).reshape(k, d)
-        gn = np.broadcast_to(np.asarray(1.0 if gain is None else gain, np.float64), (k,)).copy()
-        ct = np.broadcast_to(np.asarray(1.0 if contrast is None else contrast, np.float64), (k,)).copy()
-        tr = np.broadcast_to(np.asarray(False if time_reversed is None else time_reversed, bool), (k,)).copy()
-        return cls(lin, sh, gn, ct, tr)
-
-    @classmethod
-    def identity(cls, k: int = 1, dim: int = 2) -> "Transforms":
-        return cls.create(k, dim=dim)
-
-    @classmethod
-    def concat(cls, parts: Sequence["Transforms"]) -> "Transforms":
-        d = max(p.dim for p in parts)
-        emb = [_embed(p.linear, p.shift, d) for p in parts]
-        return cls(
-            np.concatenate([e[0] for e in emb]),
-            np.concatenate([e[1] for e in emb]),
-            np.concatenate([p.gain for p in parts]),
-            np.concatenate([p.contrast for p in parts]),
-            np.concatenate([p.time_reversed for p in parts]),
-        )
-
-    # -- algebra ---------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.linear.shape[0]
-
-    @property
-    def dim(self) -> int:
-        """Spatial dimension d (2 for planar groups, 3 for 3-D rotations)."""
-        return self.linear.shape[1]
-
-    def __getitem__(self, index: Any) -> "Transforms":
-        idx = np.arange(len(self))[index]
-        idx = np.atleast_1d(idx)
-        return Transforms(self.linear[idx], self.shift[idx], self.gain[idx], self.contrast[idx], self.time_reversed[idx])
-
-    def compose(self, other: "Transforms") -> "Transforms":
-        """``self ∘ other`` elementwise (``other`` acts first); K must match or be 1."""
-        d = max(self.dim, other.dim)
-        la, sa = _embed(self.linear, self.shift, d)
-        lb, sb = _embed(other.linear, other.shift, d)
-        return Transforms(
-            la @ lb,
-            (la @ sb[..., None])[..., 0] + sa,
-            self.gain * other.gain,
-            self.contrast * other.contrast,
-            np.logical_xor(self.time_reversed, other.time_reversed),
-        )
-
-    def inverse(self) -> "Transforms":
-        inv = np.linalg.inv(self.linear)
-        return Transforms(inv, -(inv @ self.shift[..., None])[..., 0], 1.0 / self.gain, 1.0 / self.contrast, self.time_reversed.copy())
-
-    def allclose(self, other: "Transforms", atol: float = 1e-9) -> bool:
-        if len(self) != len(other):
-            return False
-        d = max(self.dim, other.dim)
-        la, sa = _embed(self.linear, self.shift, d)
-        lb, sb = _embed(other.linear, other.shift, d)
-        return bool(
-            np.allclose(la, lb, atol=atol)
-            and np.allclose(sa, sb, atol=atol)
-            and np.allclose(self.gain, other.gain, atol=atol)
-            and np.allclose(self.contrast, other.contrast, atol=atol)
-            and np.array_equal(self.time_reversed, other.time_reversed)
-        )
-
-    @property
-    def is_geometric_identity(self) -> np.ndarray:
-        """(K,) bool: the spatial part is the identity."""
-        eye = np.eye(self.dim)
-        return np.all(np.abs(self.linear - eye) < 1e-12, axis=(1, 2)) & np.all(np.abs(self.shift) < 1e-12, axis=1)
-
-    @property
-    def is_photometric_identity(self) -> np.ndarray:
-        """(K,) bool: gain and contrast are both 1."""
-        return (np.abs(self.gain - 1) < 1e-12) & (np.abs(self.contrast - 1) < 1e-12)
 
 
 # ---------------------------------------------------------------------------------------------

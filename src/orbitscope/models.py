@@ -189,6 +189,13 @@ def build_model(config: dict[str, Any]) -> nn.Module:
 
 register_model(ReferenceCNN.arch_name, ReferenceCNN)
 
+# Architectures defined elsewhere are registered here, so that build_model / load_model know them
+# without the caller importing their module first (orbitscope.equivariant does not import this module).
+from .equivariant import P4CNN, _build_symmetrized  # noqa: E402
+
+register_model(P4CNN.arch_name, P4CNN)
+register_model("symmetrized", _build_symmetrized)
+
 
 # --------------------------------------------------------------------------- inference helpers
 

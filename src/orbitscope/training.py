@@ -17,6 +17,17 @@ Augmentations (per sample, fresh every batch):
 * ``"uniform"``: angle ~ Uniform(-max_angle, max_angle).
 * ``"normal90"``: NERO's scheme, angle ~ Normal(0, 90) truncated to [-180, 180]
   by resampling values outside, so upright digits stay over-represented.
+
+Training data (``recipe.data``):
+
+* ``"mnist-subset"``: the 4,000 training digits of :func:`orbitscope.data.mnist_subset`
+  (the first ``n_train`` of them if set); tested on its 1,000 held-out digits.
+* ``"fashion-mnist"``: the first ``n_train`` (default 6,000) images of the Fashion-MNIST
+  training set; tested on a stratified 1,000 images of its test set (the first 100 of each
+  class, :func:`fashion_test_subset`).
+
+Architectures are any registered config, e.g. the reference CNN or
+:class:`orbitscope.equivariant.P4CNN` (``{"arch": "p4cnn"}``); see :data:`EXTRA_RECIPES`.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
@@ -44,6 +56,11 @@ __all__ = [
     "AUGMENTATIONS",
     "TrainRecipe",
     "RECIPES",
+    "EXTRA_RECIPES",
+    "DATASETS",
+    "all_recipes",
+    "training_data",
+    "fashion_test_subset",
     "sample_angles",
     "train_classifier",
     "evaluate_accuracy",
@@ -55,6 +72,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AUGMENTATIONS = ("none", "uniform", "normal90")
+#: Training data ids understood by :func:`train_reference_model`.
+DATASETS = ("mnist-subset", "fashion-mnist")
+#: Default number of Fashion-MNIST training images (keeps training near a minute on one thread).
+FASHION_N_TRAIN = 6000
 ProgressFn = Callable[[int, int, float], None]
 
 
@@ -65,8 +86,9 @@ class TrainRecipe:
     Attributes:
         name: label used in cache file names (``<name>-<key>.safetensors``).
         arch: model config for :func:`orbitscope.models.build_model`.
-        data: training data id; only ``"mnist-subset"`` is supported by
-            :func:`train_reference_model`.
+        data: training data id, one of :data:`DATASETS` (see the module docs).
+        n_train: use only the first ``n_train`` training images; ``None`` means all of the
+            MNIST subset (4,000) and is replaced by 6,000 for ``"fashion-mnist"``.
         epochs: passes over the training set.
         lr: Adam learning rate.
         batch_size: mini-batch size.
@@ -84,6 +106,7 @@ class TrainRecipe:
     seed: int = 0
     augmentation: str = "none"
     max_angle: float = 180.0
+    n_train: int | None = None
 
     def __post_init__(self) -> None:
         if self.augmentation not in AUGMENTATIONS:
@@ -102,6 +125,12 @@ class TrainRecipe:
         object.__setattr__(self, "arch", json.loads(json.dumps(dict(self.arch), sort_keys=True)))
         for f, typ in (("epochs", int), ("batch_size", int), ("seed", int), ("lr", float), ("max_angle", float)):
             object.__setattr__(self, f, typ(getattr(self, f)))
+        if self.n_train is None and self.data == "fashion-mnist":
+            object.__setattr__(self, "n_train", FASHION_N_TRAIN)
+        if self.n_train is not None:
+            if int(self.n_train) < 1:
+                raise ValueError(f"n_train must be >= 1 (or None for all images), got {self.n_train}")
+            object.__setattr__(self, "n_train", int(self.n_train))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict of all fields (inverse of :meth:`from_dict`)."""
@@ -113,8 +142,15 @@ class TrainRecipe:
         return cls(**dict(d))
 
     def key(self) -> str:
-        """Short stable hash (12 hex chars) of all fields, for cache file names."""
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """Short stable hash (12 hex chars) of all fields, for cache file names.
+
+        ``n_train`` is left out of the hash while it is ``None``, so recipes written before the
+        field existed keep their keys (and their cached models).
+        """
+        fields = self.to_dict()
+        if fields["n_train"] is None:
+            del fields["n_train"]
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def __hash__(self) -> int:
@@ -127,6 +163,21 @@ RECIPES: dict[str, TrainRecipe] = {
     "uniform": TrainRecipe(name="uniform", augmentation="uniform"),
     "normal90": TrainRecipe(name="normal90", augmentation="normal90"),
 }
+
+#: Further presets: the p4-equivariant CNN, and Fashion-MNIST models (kept apart from
+#: :data:`RECIPES`, whose three upright/augmented MNIST presets other code relies on).
+_P4CNN = {"arch": "p4cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 16, 32], "hidden": 64}
+EXTRA_RECIPES: dict[str, TrainRecipe] = {
+    "p4cnn": TrainRecipe(name="p4cnn", arch=_P4CNN),
+    "fashion-plain": TrainRecipe(name="fashion-plain", data="fashion-mnist"),
+    "fashion-normal90": TrainRecipe(name="fashion-normal90", data="fashion-mnist", augmentation="normal90"),
+    "fashion-p4cnn": TrainRecipe(name="fashion-p4cnn", data="fashion-mnist", arch=_P4CNN),
+}
+
+
+def all_recipes() -> dict[str, TrainRecipe]:
+    """:data:`RECIPES` and :data:`EXTRA_RECIPES` together, by name."""
+    return {**RECIPES, **EXTRA_RECIPES}
 
 
 def _derive_seed(seed: int, purpose: str) -> int:
@@ -273,19 +324,45 @@ def evaluate_accuracy(
     return correct / seen
 
 
+def fashion_test_subset(per_class: int = 100) -> Dataset:
+    """The first ``per_class`` images of each class of the Fashion-MNIST test set (index order)."""
+    from .data import fashion_mnist
+
+    test = fashion_mnist("test")
+    idx = np.sort(np.concatenate([np.flatnonzero(test.labels == c)[:per_class] for c in range(len(test.classes))]))
+    return test.subset(idx, data_id=f"{test.data_id}:stratified{per_class * len(test.classes)}")
+
+
+def training_data(recipe: TrainRecipe) -> tuple[Dataset, Dataset]:
+    """``(train set, test set)`` of a recipe (see the module docs); both have a ``data_id``."""
+    if recipe.data not in DATASETS:
+        raise ValueError(f"unknown training data {recipe.data!r}; supported: {DATASETS}")
+    from .data import fashion_mnist, mnist_subset
+
+    if recipe.data == "mnist-subset":
+        train, test = mnist_subset("train"), mnist_subset("test")
+    else:
+        train, test = fashion_mnist("train"), fashion_test_subset()
+    if recipe.n_train is not None:
+        if recipe.n_train > len(train):
+            raise ValueError(f"n_train={recipe.n_train} exceeds the {len(train)} training images of {recipe.data!r}")
+        if recipe.n_train < len(train):
+            train = train.subset(slice(0, recipe.n_train), data_id=f"{train.data_id}[:{recipe.n_train}]")
+    return train, test
+
+
 def train_reference_model(recipe: TrainRecipe, progress: ProgressFn | None = None) -> tuple[nn.Module, dict[str, Any]]:
-    """Build ``recipe.arch`` (seeded), train on ``mnist_subset("train")``, test on upright ``mnist_subset("test")``.
+    """Build ``recipe.arch`` (seeded), train on the recipe's data, test on its upright test set.
+
+    Data per :func:`training_data`: the MNIST subset (train 4,000 / test 1,000) or Fashion-MNIST
+    (first ``n_train`` training images / stratified 1,000 test images).
 
     Returns:
         ``(model in eval mode, info)``; ``info`` holds the recipe, its key, the
         training metrics of :func:`train_classifier`, ``test_accuracy``, the data
         ids, the model hash and the torch version.
     """
-    if recipe.data != "mnist-subset":
-        raise ValueError(f"train_reference_model only supports data='mnist-subset', got {recipe.data!r}")
-    from .data import mnist_subset
-
-    train_set, test_set = mnist_subset("train"), mnist_subset("test")
+    train_set, test_set = training_data(recipe)
     torch.manual_seed(recipe.seed)
     model = build_model(recipe.arch)
     metrics = train_classifier(model, train_set, recipe, progress=progress)

@@ -1,0 +1,113 @@
+"""Tests for the training-recipe extensions: n_train, Fashion-MNIST data, P4CNN recipes, stable keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from orbitscope.data import fashion_mnist
+from orbitscope.equivariant import P4CNN
+from orbitscope.training import (
+    DATASETS,
+    EXTRA_RECIPES,
+    RECIPES,
+    TrainRecipe,
+    all_recipes,
+    cache_path,
+    cached_reference_model,
+    fashion_test_subset,
+    train_reference_model,
+    training_data,
+)
+
+SMALL_CNN = {"arch": "reference_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 8, 16, 16, 16, 16], "hidden": 32}
+TINY_P4 = {"arch": "p4cnn", "in_channels": 1, "num_classes": 10, "widths": [4, 4, 8, 8], "hidden": 16}
+
+
+def _has_fashion_mnist() -> bool:
+    try:
+        fashion_mnist("test")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+needs_fashion = pytest.mark.skipif(not _has_fashion_mnist(), reason="Fashion-MNIST not installed "
+                                   "(apt-get install dataset-fashion-mnist)")
+
+
+def test_existing_recipe_keys_unchanged() -> None:
+    """Keys name cache files: the new n_train field must not change the keys of older recipes."""
+    assert TrainRecipe().key() == "ddac9cd231d7" and TrainRecipe(seed=3).key() == "01dc28e95de3"
+    assert {k: r.key() for k, r in RECIPES.items()} == {
+        "plain": "e164e0ea559b", "uniform": "0c1d65fb581a", "normal90": "4ddbfe33e86f"}
+    old = {k: v for k, v in TrainRecipe().to_dict().items() if k != "n_train"}  # a dict saved before n_train
+    assert TrainRecipe.from_dict(old) == TrainRecipe()
+
+
+def test_new_fields_change_keys() -> None:
+    base = TrainRecipe()
+    keys = {base.key(), TrainRecipe(n_train=1000).key(), TrainRecipe(n_train=2000).key(),
+            TrainRecipe(data="fashion-mnist").key(), TrainRecipe(arch=TINY_P4).key()}
+    assert len(keys) == 5
+    fashion = TrainRecipe(data="fashion-mnist")
+    assert fashion.n_train == 6000 and fashion == TrainRecipe(data="fashion-mnist", n_train=6000)
+    assert fashion.key() == TrainRecipe(data="fashion-mnist", n_train=6000).key()
+    assert TrainRecipe.from_dict(json.loads(json.dumps(fashion.to_dict()))) == fashion
+    with pytest.raises(ValueError, match="n_train"):
+        TrainRecipe(n_train=0)
+    with pytest.raises(ValueError, match="unknown training data"):
+        training_data(TrainRecipe(data="cifar"))
+
+@needs_fashion
+def test_n_train_cannot_exceed_the_data() -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        training_data(TrainRecipe(data="fashion-mnist", n_train=60001))
+
+
+def test_extra_recipes() -> None:
+    assert set(all_recipes()) == set(RECIPES) | set(EXTRA_RECIPES) and not set(RECIPES) & set(EXTRA_RECIPES)
+    assert EXTRA_RECIPES["p4cnn"].arch == P4CNN().config  # the full default config, not just the name
+    assert EXTRA_RECIPES["fashion-normal90"].augmentation == "normal90"
+    assert {r.data for r in EXTRA_RECIPES.values()} <= set(DATASETS)
+    assert len({r.key() for r in all_recipes().values()}) == len(all_recipes())
+
+
+@needs_fashion
+def test_fashion_data_split() -> None:
+    test = fashion_test_subset()
+    assert len(test) == 1000 and np.bincount(test.labels).tolist() == [100] * 10
+    assert test.data_id == "fashion-mnist:test:stratified1000"
+    train, test2 = training_data(TrainRecipe(data="fashion-mnist", n_train=300))
+    assert len(train) == 300 and train.data_id == "fashion-mnist:train[:300]" and len(test2) == 1000
+    x, y = train[0]
+    assert x.shape == (1, 28, 28) and x.dtype == torch.float32 and 0 <= float(x.min()) <= float(x.max()) <= 1
+
+
+@needs_fashion
+def test_fashion_recipe_trains_and_beats_chance() -> None:
+    recipe = TrainRecipe(name="fashion-small", data="fashion-mnist", n_train=600, arch=SMALL_CNN, epochs=1, batch_size=16)
+    model, info = train_reference_model(recipe)
+    assert info["n_samples"] == 600 and info["train_data_id"] == "fashion-mnist:train[:600]"
+    assert info["test_data_id"] == "fashion-mnist:test:stratified1000"
+    assert info["test_accuracy"] > 0.4, info["test_accuracy"]  # chance is 0.1; measured 0.60
+    assert not model.training
+
+
+def test_p4cnn_recipe_roundtrips_through_cache(tmp_path: Path) -> None:
+    recipe = TrainRecipe(name="p4-tiny", arch=TINY_P4, n_train=200, epochs=1, batch_size=32)
+    m1, info1 = cached_reference_model(recipe, tmp_path)
+    path = cache_path(recipe, tmp_path)
+    assert path.is_file() and info1["from_cache"] is False and isinstance(m1, P4CNN)
+    assert info1["n_samples"] == 200 and info1["train_data_id"].endswith("[:200]")
+    m2, info2 = cached_reference_model(recipe, tmp_path)
+    assert info2["from_cache"] is True and isinstance(m2, P4CNN) and info2["test_accuracy"] == info1["test_accuracy"]
+    x = torch.rand(6, 1, 28, 28)
+    with torch.no_grad():
+        out = m2(x)
+        assert torch.equal(m1(x), out)
+        assert (m2(torch.rot90(x, 1, dims=(-2, -1))) - out).abs().max() < 1e-5  # still invariant after training
