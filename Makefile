@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test venv test-data bench clean
+.PHONY: demo test venv datasets bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 venv: $(STAMP)
 
 # Real Fashion-MNIST IDX files from Debian's dataset-fashion-mnist package (needs root for apt).
-test-data:
+datasets:
 	@if [ ! -f $(FASHION_MNIST) ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist; \
@@ -27,13 +27,13 @@ test-data:
 	  fi; \
 	fi
 
-demo: $(STAMP)
+demo: $(STAMP) datasets
 	$(BIN)/orbitscope demo
 
-test: $(STAMP) test-data
+test: $(STAMP) datasets
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP) test-data
+bench: $(STAMP) datasets
 	$(BIN)/python benchmarks/orbit_throughput.py
 
 clean:

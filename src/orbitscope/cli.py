@@ -286,13 +286,15 @@ def report(
 @_friendly_errors
 def demo(
     home: Optional[Path] = HomeOption,
-    out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for the figures and summary table."),
-    n: int = typer.Option(500, "--n", help="Held-out digits to evaluate (a multiple of 10)."),
+    out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
+    n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
 ) -> None:
-    """NERO's MNIST case study: plain vs rotation-augmented CNN over rotations 0…360° by 5°."""
+    """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations."""
     from .demo import run_demo
 
     logging.basicConfig(level=logging.WARNING)
+    if n % 10 or not 10 <= n <= 1000:
+        raise ValueError(f"--n must be a multiple of 10 in [10, 1000], got {n}")
     t0 = time.perf_counter()
     with _progress_bar() as bar:
         state: dict[str, Any] = {}
@@ -306,14 +308,17 @@ def demo(
                 state["update"] = _engine_progress(bar, msg.split(" on ")[0])
 
         result = run_demo(home, out, n_test=n, status=status, progress=progress)
-    _print_summary([r.result for r in result.runs])
+    for case, runs in result.runs.items():
+        console.rule(case)
+        _print_summary([r.result for r in runs])
     for key, path in result.files.items():
-        console.print(f"  {key:16s} {path}")
-    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s "
-                  f"({', '.join(f'{k}: {v:.1f} s' for k, v in result.seconds.items())})")
+        console.print(f"  {key:34s} {path}")
+    for case, why in result.skipped.items():
+        console.print(f"[yellow]skipped {case}[/]: {why}")
+    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s (training {result.seconds['training']:.1f} s)")
     home_arg = f" --home {home}" if home else ""
-    console.print(f"next: [bold]orbitscope runs list{home_arg}[/], "
-                  f"[bold]orbitscope plot {result.runs[0].run_id} {result.runs[1].run_id} -o fig.pdf{home_arg}[/]")
+    console.print(f"next: open {out}/mnist/report.html; [bold]orbitscope runs list{home_arg}[/]; "
+                  f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
 
 
 def main() -> None:  # pragma: no cover - console entry point

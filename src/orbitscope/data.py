@@ -203,6 +203,12 @@ class ArrayDataset(Dataset):
         s = self.images.shape[1:]
         return (1, *s) if len(s) == 2 else tuple(s)  # type: ignore[return-value]
 
+    def stratified(self, per_class: int) -> ArrayDataset:
+        """The first ``per_class`` items of every class (in index order), e.g. 50 per class for a
+        balanced 500-image evaluation set; ``data_id`` gets ``:stratified<n>``."""
+        idx = np.sort(np.concatenate([np.flatnonzero(self.labels == c)[:per_class] for c in np.unique(self.labels)]))
+        return self.subset(idx, data_id=f"{self.data_id}:stratified{len(idx)}")
+
     def subset(self, indices: Indices, data_id: str | None = None) -> ArrayDataset:
         """New dataset with the items at ``indices`` (a slice keeps memmap views).
 

@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
@@ -328,9 +327,7 @@ def fashion_test_subset(per_class: int = 100) -> Dataset:
     """The first ``per_class`` images of each class of the Fashion-MNIST test set (index order)."""
     from .data import fashion_mnist
 
-    test = fashion_mnist("test")
-    idx = np.sort(np.concatenate([np.flatnonzero(test.labels == c)[:per_class] for c in range(len(test.classes))]))
-    return test.subset(idx, data_id=f"{test.data_id}:stratified{per_class * len(test.classes)}")
+    return fashion_mnist("test").stratified(per_class)
 
 
 def training_data(recipe: TrainRecipe) -> tuple[Dataset, Dataset]:
