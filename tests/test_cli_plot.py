@@ -155,8 +155,12 @@ def test_heatmap_and_line_plots(tmp_path):
         nero_plot([results[0], _two_results(osc.Rotation([0, 90]))[0]])
 
 
-def test_stratified_demo_digits():
-    d = demo_mod.stratified_test_digits(100)
+def test_stratified_evaluation_sets_and_demo_argument_check(tmp_path):
+    test = osc.mnist_subset("test")
+    d = test.stratified(10)
     assert len(d) == 100 and np.bincount(np.asarray(d.labels)).tolist() == [10] * 10
-    with pytest.raises(ValueError):
-        demo_mod.stratified_test_digits(55)
+    labels = np.asarray(test.labels)
+    expected = np.sort(np.concatenate([np.flatnonzero(labels == c)[:10] for c in range(10)]))
+    np.testing.assert_array_equal(np.asarray(d.images), np.asarray(test.images)[expected])
+    with pytest.raises(ValueError, match="multiple of 10"):
+        demo_mod.run_demo(tmp_path / "h", tmp_path / "o", n_test=55)

@@ -293,8 +293,6 @@ def demo(
     from .demo import run_demo
 
     logging.basicConfig(level=logging.WARNING)
-    if n % 10 or not 10 <= n <= 1000:
-        raise ValueError(f"--n must be a multiple of 10 in [10, 1000], got {n}")
     t0 = time.perf_counter()
     with _progress_bar() as bar:
         state: dict[str, Any] = {}

@@ -36,7 +36,7 @@ from .store import Store
 from .tasks import Classification
 from .training import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
 
-__all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo", "stratified_test_digits"]
+__all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo"]
 
 SYMMETRIZED = "symmetrized"
 
@@ -50,26 +50,19 @@ class DemoCase:
     """
 
     name: str
-    test_data: Callable[[], ArrayDataset]
+    test_data: Callable[[int], ArrayDataset]  # images per class -> a stratified evaluation set
     models: dict[str, TrainRecipe | str]
 
 
-def stratified_test_digits(n: int = 500, seed: int = 0) -> ArrayDataset:
-    """The first n/10 held-out digits of each class of the MNIST subset's test split."""
-    if n % 10 or not 10 <= n <= 1000:
-        raise ValueError(f"n must be a multiple of 10 in [10, 1000], got {n}")
-    return mnist_subset("test", seed=seed).stratified(n // 10)
-
-
 DEMO_CASES = (
-    DemoCase("mnist", stratified_test_digits, {
+    DemoCase("mnist", lambda per_class: mnist_subset("test").stratified(per_class), {
         "plain-cnn": TrainRecipe(name="plain-cnn", augmentation="none"),
         "rotation-augmented-cnn": TrainRecipe(name="rotation-augmented-cnn", augmentation="uniform", epochs=10),
         "nero-augmented-cnn": TrainRecipe(name="nero-augmented-cnn", augmentation="normal90", epochs=10),
         "p4-cnn": EXTRA_RECIPES["p4cnn"],
         "plain-cnn-symmetrized-c4": SYMMETRIZED,
     }),
-    DemoCase("fashion-mnist", lambda: fashion_mnist("test").stratified(50), {
+    DemoCase("fashion-mnist", lambda per_class: fashion_mnist("test").stratified(per_class), {
         "fashion-plain-cnn": EXTRA_RECIPES["fashion-plain"],
         "fashion-nero-augmented-cnn": EXTRA_RECIPES["fashion-normal90"],
         "fashion-plain-cnn-symmetrized-c4": SYMMETRIZED,
@@ -117,7 +110,11 @@ def run_demo(
     status: Callable[[str], None] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
 ) -> DemoResult:
-    """Run the demo; ``status`` receives one-line messages, ``progress`` engine progress."""
+    """Run the demo; ``status`` receives one-line messages, ``progress`` engine progress.
+
+    ``n_test`` images per dataset (a multiple of 10: ``n_test // 10`` per class)."""
+    if n_test % 10 or not 10 <= n_test <= 1000:
+        raise ValueError(f"n_test must be a multiple of 10 in [10, 1000], got {n_test}")
     say = status or (lambda msg: None)
     store = Store(home)
     cache = store.home / "models"
@@ -126,14 +123,10 @@ def run_demo(
     available: list[tuple[DemoCase, ArrayDataset]] = []
     for case in cases:
         try:
-            data = case.test_data()
+            available.append((case, case.test_data(n_test // 10)))
         except FileNotFoundError as exc:
             result.skipped[case.name] = str(exc)
             say(f"skipping {case.name}: {exc}")
-            continue
-        if len(data) != n_test:
-            data = data.subset(np.arange(len(data))[:: max(1, len(data) // n_test)][:n_test])
-        available.append((case, data))
     recipes = [r for case, _ in available for r in case.models.values() if isinstance(r, TrainRecipe)]
     result.seconds["training"] = _train_missing(recipes, cache, say)
     orbit = Rotation(np.arange(0.0, 360.0 + step / 2, step))
