@@ -15,17 +15,10 @@ from orbitscope.cli import app
 from orbitscope.loading import save_model
 from orbitscope.plot import MODEL_COLOURS, nero_plot, save_figure
 
+from helpers import TinyNet
+
 runner = CliRunner()
 
-
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, 5, stride=3)
-        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
 @pytest.fixture()
@@ -48,7 +41,7 @@ def user_model(tmp_path, monkeypatch):
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     torch.manual_seed(0)
-    model = Tiny()
+    model = TinyNet()
     weights = tmp_path / "tiny.safetensors"
     save_model(model, weights)
     yield model, weights
@@ -115,7 +108,7 @@ def test_runs_on_missing_or_foreign_store(tmp_path):
 def _two_results(orbit):
     torch.manual_seed(0)
     data = osc.parse_data_spec("mnist-subset:test@30")
-    return [osc.evaluate(Tiny(), data, orbit, model_name=f"m{i}").result for i in range(2)]
+    return [osc.evaluate(TinyNet(), data, orbit, model_name=f"m{i}").result for i in range(2)]
 
 
 def test_polar_plot_contents():

@@ -26,27 +26,16 @@ from orbitscope.data import mnist_subset
 from orbitscope.equivariant import P4CNN, symmetrize
 from orbitscope.result import OrbitResult
 
+from helpers import CentroidNet
 
-class Centroids(nn.Module):
-    """Nearest-centroid classifier as a linear layer (data-derived, rotation-sensitive, soft)."""
 
-    def __init__(self, centroids: np.ndarray, temperature: float = 0.2) -> None:
-        super().__init__()
-        mu = torch.as_tensor(centroids, dtype=torch.float32).reshape(len(centroids), -1)
-        self.fc = nn.Linear(mu.shape[1], len(mu))
-        with torch.no_grad():
-            self.fc.weight.copy_(temperature * mu)
-            self.fc.bias.copy_(-0.5 * temperature * (mu * mu).sum(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.flatten(1))
 
 
 @pytest.fixture(scope="module")
 def setup() -> dict:
     train, test = mnist_subset("train"), mnist_subset("test")
     x = train.images.astype(np.float32) / 255.0
-    model = Centroids(np.stack([x[train.labels == c].mean(0) for c in range(10)])).eval()
+    model = CentroidNet(np.stack([x[train.labels == c].mean(0) for c in range(10)]), scale=0.2).eval()
     images = torch.from_numpy(test.images[:30, None].astype(np.float32) / 255.0)
     labels = torch.as_tensor(test.labels[:30])
     task = Classification(store_probabilities=True)

@@ -21,6 +21,8 @@ from orbitscope import Brightness, Classification, DataError, ModelError, Rotati
 from orbitscope.data import ArrayDataset, mnist_subset
 from orbitscope.models import ReferenceCNN
 
+from helpers import CentroidNet
+
 VARIABLES = ("confidence", "prediction", "correct", "top1_confidence", "entropy")
 
 
@@ -40,23 +42,6 @@ def mnist_small() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return u8, (u8 / 255.0).astype(np.float32), ds.labels[idx].copy()
 
 
-class CentroidNet(nn.Module):
-    """Nearest-centroid digit classifier as one linear layer: logits = T (x.mu_c - |mu_c|^2 / 2).
-
-    A fixed, data-derived model (no training) that is accurate upright (~80 % on MNIST) and
-    sensitive to rotation, so the per-angle accuracy curve is non-trivial.
-    """
-
-    def __init__(self, centroids: np.ndarray, temperature: float = 0.05) -> None:
-        super().__init__()
-        mu = torch.as_tensor(centroids, dtype=torch.float32).reshape(len(centroids), -1)
-        self.fc = nn.Linear(mu.shape[1], len(mu))
-        with torch.no_grad():
-            self.fc.weight.copy_(temperature * mu)
-            self.fc.bias.copy_(-0.5 * temperature * (mu * mu).sum(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.flatten(1))
 
 
 @pytest.fixture(scope="module")

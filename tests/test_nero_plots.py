@@ -11,15 +11,8 @@ from orbitscope.interactive import figure_html, render_plotly
 from orbitscope.nero import MODEL_COLOURS, class_subset, layout_kind, prepare_aggregate, prepare_individual
 from orbitscope.plot import individual_plot, render
 
+from helpers import TinyNet
 
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, 5, stride=3)
-        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +26,7 @@ def _results(digits, orbit, n=2):
     out = []
     for i in range(n):
         torch.manual_seed(i)
-        out.append(osc.evaluate(Tiny(), digits, orbit, osc.Classification(store_probabilities=True),
+        out.append(osc.evaluate(TinyNet(), digits, orbit, osc.Classification(store_probabilities=True),
                                 model_name=f"m{i}").result)
     return out
 

@@ -11,10 +11,8 @@ import json
 
 import numpy as np
 import pytest
-import torch
 import xarray as xr
 from matplotlib.collections import PathCollection
-from torch import nn
 
 import orbitscope as osc
 from orbitscope.reduce import (
@@ -28,24 +26,13 @@ from orbitscope.reduce import (
 from orbitscope.ranking import rank_differences, rank_samples
 from orbitscope.reduce_plots import prepare_scatter, scatter_figure, scatter_plotly
 
+from helpers import CentroidNet
+
 # ---------------------------------------------------------------------------------------------
 # fixtures
 # ---------------------------------------------------------------------------------------------
 
 
-class CentroidNet(nn.Module):
-    """Nearest-centroid classifier as one linear layer: logits = (x·mu_c − |mu_c|²/2) / T."""
-
-    def __init__(self, centroids: np.ndarray, temperature: float = 0.05) -> None:
-        super().__init__()
-        mu = torch.as_tensor(centroids.reshape(len(centroids), -1), dtype=torch.float32)
-        self.linear = nn.Linear(mu.shape[1], len(mu))
-        with torch.no_grad():
-            self.linear.weight.copy_(mu / temperature)
-            self.linear.bias.copy_(-(mu * mu).sum(1) / (2 * temperature))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x.flatten(1))
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +45,8 @@ def runs() -> tuple[osc.Run, osc.Run]:
     mu_sym = np.mean([np.rot90(mu, k, axes=(1, 2)) for k in range(4)], axis=0)
     test = osc.mnist_subset("test").subset(range(0, 1000, 16)[:60])
     orbit = osc.Rotation(range(0, 361, 30))
-    a = osc.evaluate(CentroidNet(mu), test, orbit, model_name="centroids")
-    b = osc.evaluate(CentroidNet(mu_sym), test, orbit, model_name="centroids-sym")
+    a = osc.evaluate(CentroidNet(mu, scale=20.0), test, orbit, model_name="centroids")
+    b = osc.evaluate(CentroidNet(mu_sym, scale=20.0), test, orbit, model_name="centroids-sym")
     return a, b
 
 

@@ -11,17 +11,10 @@ import orbitscope as osc
 from orbitscope.cli import app
 from orbitscope.report import non_equivariance, summary_rows, write_report
 
+from helpers import TinyNet
+
 runner = CliRunner()
 
-
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, 5, stride=3)
-        self.fc = torch.nn.Linear(4 * 8 * 8, 10)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +24,7 @@ def store_runs(tmp_path_factory):
     runs = []
     for i in range(2):
         torch.manual_seed(i)
-        runs.append(osc.evaluate(Tiny(), data, osc.Rotation(range(0, 361, 30)), osc.Classification(store_probabilities=True),
+        runs.append(osc.evaluate(TinyNet(), data, osc.Rotation(range(0, 361, 30)), osc.Classification(store_probabilities=True),
                                  store=home, name=f"tiny{i}", model_name=f"tiny{i}"))
     return home, runs
 

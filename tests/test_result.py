@@ -18,6 +18,8 @@ from orbitscope import Rotation, Translation, aggregate, evaluate, wilson_interv
 from orbitscope.data import mnist_subset
 from orbitscope.result import OrbitResult, mean_interval
 
+from helpers import CentroidNet
+
 
 
 
@@ -173,19 +175,6 @@ def test_t_interval_coverage_for_beta_means():
 # ---------------------------------------------------------------------------------------------
 
 
-class CentroidNet(nn.Module):
-    """Nearest-centroid digit classifier (one linear layer), accurate upright only."""
-
-    def __init__(self, centroids: np.ndarray, temperature: float = 0.05) -> None:
-        super().__init__()
-        mu = torch.as_tensor(centroids, dtype=torch.float32)
-        self.fc = nn.Linear(mu.shape[1], len(mu))
-        with torch.no_grad():
-            self.fc.weight.copy_(temperature * mu)
-            self.fc.bias.copy_(-0.5 * temperature * (mu * mu).sum(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.flatten(1))
 
 
 ANGLES = list(range(0, 361, 30))

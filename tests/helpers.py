@@ -1,0 +1,36 @@
+"""Small fixed models shared by the tests (imported as ``from helpers import ...``)."""
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    """A 5×5 stride-3 convolution and a linear layer: 28×28 inputs -> 10 logits, untrained."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 5, stride=3)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+class CentroidNet(nn.Module):
+    """Nearest-centroid classifier as one linear layer: logits = scale · (x·mu_c − |mu_c|²/2).
+
+    A fixed, data-derived model (no training) that is accurate upright (~80 % on MNIST digits)
+    and sensitive to rotation, so orbit curves are non-trivial.
+    """
+
+    def __init__(self, centroids: np.ndarray, scale: float = 0.05) -> None:
+        super().__init__()
+        mu = torch.as_tensor(np.asarray(centroids).reshape(len(centroids), -1), dtype=torch.float32)
+        self.fc = nn.Linear(mu.shape[1], len(mu))
+        with torch.no_grad():
+            self.fc.weight.copy_(scale * mu)
+            self.fc.bias.copy_(-0.5 * scale * (mu * mu).sum(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
