@@ -173,19 +173,19 @@ def _init_conv_(weight: Tensor, bias: Tensor | None) -> None:
         nn.init.uniform_(bias, -bound, bound)
 
 
-class P4LiftingConv(nn.Module):
-    """Lifting convolution Z² -> p4: correlate the image with the filter rotated by r·90°, r = 0..3.
+class _P4Conv(nn.Module):
+    """Shared machinery of the p4 convolutions: a 4-D weight (C_out, C_in·m, k, k), a bias shared
+    over the four rotations, and one ``conv2d`` with the rotated filter bank; ``m`` is 1 for the
+    lifting layer and 4 for group convolutions."""
 
-    ``out[b, o, r] = Σ_i x[b, i] ⋆ rot90(w[o, i], r)`` (+ bias[o], shared over r). Input
-    (B, C_in, H, W) -> output (B, C_out, 4, H, W) with "same" zero padding (odd kernel size).
-    """
+    in_rotations = 1
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True) -> None:
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"kernel_size must be odd (so rotations keep the kernel centred), got {kernel_size}")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels, kernel_size, kernel_size))
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels * self.in_rotations, kernel_size, kernel_size))
         self.bias: nn.Parameter | None
         self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         _init_conv_(self.weight, self.bias)
@@ -193,18 +193,33 @@ class P4LiftingConv(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, bias={self.bias is not None}"
 
+    def filter_bank(self) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _conv(self, x: Tensor) -> Tensor:
+        """x (B, C_in·m, H, W) -> (B, C_out, 4, H, W)."""
+        bias = self.bias.repeat_interleave(4) if self.bias is not None else None
+        y = F.conv2d(x, self.filter_bank(), bias, padding=self.kernel_size // 2)
+        return y.reshape(y.shape[0], self.out_channels, 4, *y.shape[-2:])
+
+
+class P4LiftingConv(_P4Conv):
+    """Lifting convolution Z² -> p4: correlate the image with the filter rotated by r·90°, r = 0..3.
+
+    ``out[b, o, r] = Σ_i x[b, i] ⋆ rot90(w[o, i], r)`` (+ bias[o], shared over r). Input
+    (B, C_in, H, W) -> output (B, C_out, 4, H, W) with "same" zero padding (odd kernel size).
+    """
+
     def filter_bank(self) -> Tensor:
         """(C_out·4, C_in, k, k): filter o rotated by r at row ``4·o + r``."""
         w = self.weight
         return torch.stack([torch.rot90(w, r, dims=(-2, -1)) for r in range(4)], dim=1).reshape(-1, *w.shape[1:])
 
     def forward(self, x: Tensor) -> Tensor:
-        bias = self.bias.repeat_interleave(4) if self.bias is not None else None
-        y = F.conv2d(x, self.filter_bank(), bias, padding=self.kernel_size // 2)
-        return y.reshape(y.shape[0], self.out_channels, 4, *y.shape[-2:])
+        return self._conv(x)
 
 
-class P4GroupConv(nn.Module):
+class P4GroupConv(_P4Conv):
     """Group convolution p4 -> p4 (Cohen & Welling 2016, eq. 10 for p4).
 
     ``out[o, r](t) = Σ_{i, s, u} f[i, s](t + u) · w[o, i, s - r](R^{-r} u)``: the filter for
@@ -214,18 +229,7 @@ class P4GroupConv(nn.Module):
     to ``channels_last`` like an ordinary CNN.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True) -> None:
-        super().__init__()
-        if kernel_size % 2 != 1:
-            raise ValueError(f"kernel_size must be odd (so rotations keep the kernel centred), got {kernel_size}")
-        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-        self.weight = nn.Parameter(torch.empty(out_channels, in_channels * 4, kernel_size, kernel_size))
-        self.bias: nn.Parameter | None
-        self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
-        _init_conv_(self.weight, self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, bias={self.bias is not None}"
+    in_rotations = 4
 
     def filter_bank(self) -> Tensor:
         """(C_out·4, C_in·4, k, k): row ``4·o + r`` is filter o transformed by the rotation r."""
@@ -238,9 +242,7 @@ class P4GroupConv(nn.Module):
         if x.ndim != 5 or x.shape[2] != 4 or x.shape[1] != self.in_channels:
             raise ValueError(f"expected p4 feature maps (B, {self.in_channels}, 4, H, W), got {tuple(x.shape)}")
         b, _, _, h, w = x.shape
-        bias = self.bias.repeat_interleave(4) if self.bias is not None else None
-        y = F.conv2d(x.reshape(b, self.in_channels * 4, h, w), self.filter_bank(), bias, padding=self.kernel_size // 2)
-        return y.reshape(b, self.out_channels, 4, h, w)
+        return self._conv(x.reshape(b, self.in_channels * 4, h, w))
 
 
 class _P4Pool(nn.Module):
