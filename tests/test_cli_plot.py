@@ -95,6 +95,17 @@ def test_cli_errors_are_one_line_messages(tmp_path, user_model, args, message):
     assert "Traceback" not in res.output
 
 
+def test_evaluate_imports_user_modules_from_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "mynets_cwd.py").write_text("import torch\n\ndef make():\n    return torch.nn.Sequential("
+                                           "torch.nn.Flatten(), torch.nn.Linear(784, 10))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    res = runner.invoke(app, ["evaluate", "--model", "mynets_cwd:make", "--data", "mnist-subset@10",
+                              "--orbit", "rotation:0:90:90", "--home", str(tmp_path / "s")])
+    sys.modules.pop("mynets_cwd", None)
+    assert res.exit_code == 0, res.output
+
+
 def test_runs_on_missing_or_foreign_store(tmp_path):
     res = runner.invoke(app, ["runs", "list", "--home", str(tmp_path / "absent")])
     assert res.exit_code == 2 and "no orbitscope store" in res.output

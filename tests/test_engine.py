@@ -751,3 +751,23 @@ def test_labels_and_inputs_are_stored_per_sample(tmp_path):
     np.testing.assert_array_equal(res["input"].values[:, 0], np.asarray(data.images))  # lossless for 8-bit digits
     off = evaluate(model, data, Rotation([0, 45, 90]), store_inputs=False).result
     assert "input" not in off.data and "label" in off.data
+
+
+def test_torch_export_models_evaluate_like_the_original(tmp_path):
+    """torch.export graphs refuse .eval(); the engine must still run them (found by a newcomer)."""
+    from orbitscope.loading import load_user_model
+
+    data = mnist_subset("test").subset(range(12))
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 26 * 26, 10)).eval()
+    example = (torch.rand(2, 1, 28, 28),)
+    path = tmp_path / "m.pt2"
+    batch = torch.export.Dim("batch")
+    torch.export.save(torch.export.export(model, example, dynamic_shapes={"input": {0: batch}}), str(path))
+    exported = load_user_model(str(path))
+    ours = evaluate(exported, data, Rotation([0, 90])).result
+    ref = evaluate(model, data, Rotation([0, 90])).result
+    np.testing.assert_allclose(ours.confidence.values, ref.confidence.values, atol=1e-6)
+    # a graph exported with a fixed batch size fails with a ModelError that says what to do
+    torch.export.save(torch.export.export(model, example), str(tmp_path / "static.pt2"))
+    with pytest.raises(ModelError, match="dynamic batch"):
+        evaluate(load_user_model(str(tmp_path / "static.pt2")), data, Rotation([0, 90]))

@@ -169,10 +169,11 @@ def _forward(model: nn.Module, x: Tensor, channels_last: bool) -> Tensor:
         x = x.contiguous(memory_format=torch.channels_last)
     try:
         out = model(x)
-    except (RuntimeError, ValueError, TypeError) as exc:
+    except (RuntimeError, ValueError, TypeError, AssertionError) as exc:
         raise ModelError(
             f"the model failed on a batch of shape {tuple(x.shape)} (B, C, H, W) after the orbit transform "
-            f"and normalisation: {exc}. Check that the model accepts inputs of this channel count and size."
+            f"and normalisation: {exc}. Check that the model accepts inputs of this channel count and size "
+            "(a torch.export graph needs a dynamic batch dimension: export with dynamic_shapes)."
         ) from exc
     if not isinstance(out, Tensor):
         raise ModelError(f"the model must return a tensor of scores, got {type(out).__name__}")
@@ -263,8 +264,10 @@ def evaluate(
         raise ValueError(f"orbit {orbit!r} acts in 3-D and cannot act on images")
     norm = _normalizer(normalize, device)
 
+    from .models import set_eval_mode
+
     modes = {m: m.training for m in model.modules()}  # restored exactly, per submodule
-    model.eval()
+    set_eval_mode(model)
     try:
         mhash, mid = _model_identity(model)
         run_model: nn.Module = model

@@ -34,7 +34,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from .models import build_model, model_hash
+from .models import build_model, model_hash, set_eval_mode
 
 __all__ = [
     "StateDictMismatchError",
@@ -225,14 +225,6 @@ def _zip_kind(path: Path) -> str:
     return "zip"
 
 
-def _set_eval(model: nn.Module) -> nn.Module:
-    try:
-        model.eval()
-    except NotImplementedError:  # torch.export graphs: mode is fixed at export time
-        logger.debug("%s does not support eval(); using the mode it was exported in", type(model).__name__)
-    return model
-
-
 def _load_archive(p: Path) -> nn.Module:
     kind = _zip_kind(p)
     if kind == "export":
@@ -314,7 +306,7 @@ def load_user_model(
             )
         if path.suffix == ".safetensors":
             return load_model(path)
-        return _set_eval(_load_archive(path))
+        return set_eval_mode(_load_archive(path))
     looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors")
     if ":" not in spec or looks_like_path and not spec.split(":", 1)[0].replace(".", "").isidentifier():
         raise FileNotFoundError(f"model file not found: '{spec}' (and it is not a 'package.module:factory' spec)")

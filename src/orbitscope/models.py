@@ -34,6 +34,7 @@ __all__ = [
     "fold_batchnorm",
     "optimize_for_inference",
     "model_hash",
+    "set_eval_mode",
 ]
 
 logger = logging.getLogger(__name__)
@@ -242,6 +243,16 @@ def _fold_in_place(module: nn.Module) -> int:
     return n
 
 
+def set_eval_mode(model: nn.Module) -> nn.Module:
+    """``model.eval()``, tolerating graphs whose mode is fixed (``torch.export`` modules raise
+    NotImplementedError: they keep the mode they were exported in). Returns ``model``."""
+    try:
+        model.eval()
+    except NotImplementedError:
+        logger.debug("%s does not support eval(); using the mode it was exported in", type(model).__name__)
+    return model
+
+
 def fold_batchnorm(model: nn.Module) -> nn.Module:
     """Return an eval-mode deep copy with every ``Conv2d -> BatchNorm2d`` pair folded.
 
@@ -250,7 +261,7 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
     ``(b - mean) * g / sqrt(var + eps) + beta``; the BN is replaced by ``nn.Identity``.
     The result equals ``model.eval()`` up to float rounding. ``model`` is not modified.
     """
-    folded = copy.deepcopy(model).eval()
+    folded = set_eval_mode(copy.deepcopy(model))
     n = _fold_in_place(folded)
     logger.debug("fold_batchnorm: folded %d conv/bn pairs in %s", n, type(model).__name__)
     return folded
@@ -267,10 +278,10 @@ def optimize_for_inference(
             (inputs need not be converted; results are unchanged up to rounding).
         compile: wrap with ``torch.compile`` (slow first call; optional).
     """
-    out = fold_batchnorm(model) if fold_bn else copy.deepcopy(model).eval()
+    out = fold_batchnorm(model) if fold_bn else set_eval_mode(copy.deepcopy(model))
     if channels_last:
         out = out.to(memory_format=torch.channels_last)
-    out.eval()
+    set_eval_mode(out)
     for p in out.parameters():
         p.requires_grad_(False)
     if compile:
