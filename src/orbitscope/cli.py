@@ -1,10 +1,12 @@
-"""Command-line interface: ``orbitscope demo | evaluate | runs | plot``."""
+"""Command-line interface: ``orbitscope demo | evaluate | runs | plot | report``."""
 
 from __future__ import annotations
 
 import functools
 import json
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -103,6 +105,8 @@ def evaluate(
 
     orb = parse_orbit(orbit)
     dataset = parse_data_spec(data)
+    if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
+        sys.path.insert(0, os.getcwd())
     net = load_user_model(model, weights)
     store = Store(home)
     with _progress_bar() as bar:
