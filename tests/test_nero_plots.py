@@ -134,3 +134,23 @@ def test_incompatible_results_and_unknown_metric(digits):
         prepare_aggregate([a, b])
     with pytest.raises(KeyError, match="unknown metric"):
         prepare_aggregate(a, "sharpness")
+
+
+def test_per_sample_views_refuse_different_data_and_labels_stay_distinct(digits, tmp_path):
+    """Found by a newcomer: runs on different datasets were overlaid sample by sample."""
+    from orbitscope.report import write_report
+
+    a = _results(digits, osc.Rotation([0, 90]), n=1)[0]
+    other = osc.evaluate(TinyNet(), osc.mnist_subset("train").stratified(4), osc.Rotation([0, 90])).result
+    with pytest.raises(ValueError, match="different data"):
+        prepare_individual([a, other], int(a.data.sample.values[0]))
+    with pytest.raises(ValueError, match="different data"):
+        write_report([a, other], tmp_path / "r.html")
+    assert len(prepare_aggregate([a, other]).series) == 2  # aggregates may compare datasets
+    same_name = _results(digits, osc.Rotation([0, 90]), n=2)
+    for r in same_name:
+        r.data.attrs["run_name"] = "ReferenceCNN-rotation"
+    labels = [s.label for s in prepare_aggregate(same_name).series]
+    assert len(set(labels)) == 2 and all(lab.startswith("ReferenceCNN-rotation (") for lab in labels)
+    with pytest.raises(ValueError, match="selects no samples"):
+        prepare_aggregate(a, subset=42)

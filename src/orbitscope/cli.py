@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -36,13 +37,15 @@ def _friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from .engine import DataError, ModelError
+        from .loading import StateDictMismatchError
         from .store import StoreError
 
         try:
             return fn(*args, **kwargs)
         except (ValueError, TypeError, FileNotFoundError, ImportError, AttributeError, KeyError,
-                StoreError, ModelError, DataError) as exc:
-            err_console.print(f"[bold red]error:[/] {exc}")
+                StoreError, ModelError, DataError, StateDictMismatchError) as exc:
+            text = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            err_console.print("[bold red]error:[/] " + escape(str(text)), emoji=False)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -103,6 +106,10 @@ def evaluate(
     from .store import Store
     from .tasks import Classification
 
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
     orb = parse_orbit(orbit)
     dataset = parse_data_spec(data)
     if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m

@@ -28,6 +28,7 @@ __all__ = [
     "NeroData",
     "metric_result",
     "class_subset",
+    "check_same_samples",
     "prepare_aggregate",
     "prepare_individual",
     "layout_kind",
@@ -121,7 +122,10 @@ def _labels(results: Sequence[OrbitResult], labels: Sequence[str] | None) -> lis
         if len(labels) != len(results):
             raise ValueError(f"got {len(labels)} labels for {len(results)} results")
         return list(labels)
-    return [str(r.attrs.get("run_name") or r.attrs.get("model_name") or f"model {i}") for i, r in enumerate(results)]
+    names = [str(r.attrs.get("run_name") or r.attrs.get("model_name") or f"model {i}") for i, r in enumerate(results)]
+    if len(set(names)) < len(names):  # e.g. two runs of the same class: tell them apart by run id
+        names = [f"{n} ({str(r.attrs.get('run_id', i))[:6]})" for i, (n, r) in enumerate(zip(names, results))]
+    return names
 
 
 def _check_dims(results: Sequence[OrbitResult]) -> tuple[str, ...]:
@@ -130,6 +134,20 @@ def _check_dims(results: Sequence[OrbitResult]) -> tuple[str, ...]:
     for r in results[1:]:
         check_same_orbit(results[0], r)
     return results[0].orbit_dims
+
+
+def check_same_samples(results: Sequence[OrbitResult]) -> None:
+    """Per-sample comparisons (individual plots, rankings across models) need the same data:
+    raise ValueError unless every result has the first one's data id and sample ids."""
+    first = results[0]
+    for r in results[1:]:
+        if r.attrs.get("data_id") != first.attrs.get("data_id") or not np.array_equal(
+            r.data["sample"].values, first.data["sample"].values
+        ):
+            raise ValueError(
+                f"runs {first.attrs.get('run_id', '?')} and {r.attrs.get('run_id', '?')} were evaluated on different "
+                f"data ({first.attrs.get('data_id')} vs {r.attrs.get('data_id')}): per-sample views need the same samples"
+            )
 
 
 def _value_range(metric: str, series: list[NeroSeries]) -> tuple[float, float] | None:
@@ -176,6 +194,9 @@ def prepare_aggregate(
     for i, (res, name) in enumerate(zip(results, names)):
         mres = metric_result(res, metric)
         mask = class_subset(mres, subset) if isinstance(subset, (int, np.integer)) else subset
+        if mask is not None and np.asarray(mask).dtype == bool and not np.asarray(mask).any():
+            raise ValueError(f"the subset {subset!r} selects no samples (classes present: "
+                             f"{sorted(set(np.asarray(mres.data['label'].values).tolist())) if 'label' in mres.data else '?'})")
         agg = aggregate(mres, metric, level=level, subset=mask)
         method = agg.attrs["method"]
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,
@@ -203,6 +224,7 @@ def prepare_individual(
     """Individual NERO plot data of one sample (by its ``sample`` coordinate) for each model."""
     results = _as_list(results)
     dims = _check_dims(results)
+    check_same_samples(results)
     names = _labels(results, labels)
     series = []
     for i, (res, name) in enumerate(zip(results, names)):

@@ -25,7 +25,7 @@ from PIL import Image
 
 from . import __version__
 from .interactive import figure_html, render_plotly
-from .nero import METRICS, prepare_aggregate, prepare_individual
+from .nero import METRICS, check_same_samples, prepare_aggregate, prepare_individual
 from .ranking import rank_samples
 from .reduce import embed, orbit_statistic
 from .reduce_plots import scatter_plotly
@@ -133,14 +133,16 @@ def write_report(
     p = Path(path)
     if p.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"the report is an HTML file: give a path ending in .html, got {p.name!r}")
+    check_same_samples(results)
     agg = prepare_aggregate(results, "correct", labels=labels)
     labels = [s.label for s in agg.series]
     parts: list[str] = []
     first = [True]
 
     def fig(figure: Any, height: int | None = None) -> str:
-        if height:
-            figure.update_layout(height=height)
+        if height:  # small multiples: no repeated legend (the colours match the large plots above)
+            figure.update_layout(height=height, showlegend=False, margin=dict(l=30, r=30, t=60, b=40))
+            figure.update_polars(radialaxis=dict(angle=112, tickangle=112, tickfont=dict(size=9)))
         out = figure_html(figure, include_plotlyjs=True if first[0] else False)
         first[0] = False
         return out
