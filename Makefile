@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test venv datasets bench clean
+.PHONY: demo test venv datasets browser bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,10 +27,21 @@ datasets:
 	  fi; \
 	fi
 
+# Debian's chromium for the browser tests (Playwright drives /usr/bin/chromium; needs root for apt).
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "note: /usr/bin/chromium missing; run 'sudo apt-get install chromium' (browser tests will be skipped)"; \
+	  fi; \
+	fi
+
 demo: $(STAMP) datasets
 	$(BIN)/orbitscope demo
+	@echo "open the interactive interface on the demo's runs: $(BIN)/orbitscope serve   (then http://127.0.0.1:8050/)"
 
-test: $(STAMP) datasets
+test: $(STAMP) datasets browser
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP) datasets

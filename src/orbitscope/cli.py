@@ -1,4 +1,4 @@
-"""Command-line interface: ``orbitscope demo | evaluate | runs | plot | report``."""
+"""Command-line interface: ``orbitscope demo | evaluate | runs | plot | report | serve``."""
 
 from __future__ import annotations
 
@@ -328,6 +328,25 @@ def demo(
     home_arg = f" --home {home}" if home else ""
     console.print(f"next: open {out}/mnist/report.html; [bold]orbitscope runs list{home_arg}[/]; "
                   f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
+
+
+@app.command()
+@_friendly_errors
+def serve(
+    home: Optional[Path] = HomeOption,
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; 0.0.0.0 exposes every run in the store "
+                             "to the network (a warning is logged)."),
+    port: int = typer.Option(8050, "--port", min=1, max=65535, help="TCP port."),
+) -> None:
+    """The interactive NERO interface in the browser, on the runs of a store (read-only)."""
+    from .app import serve as serve_app
+    from .store import Store
+
+    store = Store(home, create=False)  # fail here, with the CLI's message, if there is no store
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    console.print(f"orbitscope interface for {store.home}: open [bold]http://{host}:{port}/[/] (Ctrl-C to stop)")
+    serve_app(store.home, host=host, port=port)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -1,0 +1,354 @@
+"""What the interface computes per interaction, as plain functions (no Dash callback context).
+
+Each function takes the :class:`~orbitscope.app.data.AppData` and JSON-able values (what the
+browser sends) and returns JSON-able values or Dash components; :mod:`orbitscope.app.server`
+wires them to the page. None of them raises for bad input: an
+:class:`~orbitscope.app.data.AppError` becomes a message (in the status line, or drawn in the
+figure's place). Figures are returned as dicts and cached per (data version, selection), so
+repeating an interaction costs a cache lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..interactive import render_plotly
+from ..nero import METRICS, NeroData, prepare_aggregate, prepare_individual
+from ..reduce import METHODS
+from ..reduce_plots import scatter_plotly
+from .data import MAX_MODELS, AppData, AppError, Context
+from .state import (
+    COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
+    single_element_orbit,
+)
+from .views import DetailRequest, view_for
+
+__all__ = [
+    "GroupControls",
+    "SelectionUpdate",
+    "aggregate_figure",
+    "group_controls",
+    "individual_figure",
+    "live_detail",
+    "message_figure",
+    "metric_controls",
+    "parse_controls",
+    "scatter_panels",
+    "stored_detail",
+    "update_selection",
+]
+
+N_LIVE = 2  # live-element sliders on the page (orbits with up to two continuous dims)
+
+
+def message_figure(message: str, height: int = 320) -> dict[str, Any]:
+    """An empty figure that shows ``message`` in its middle."""
+    return {"data": [], "layout": {"height": height, "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                   "annotations": [{"text": message, "showarrow": False, "x": 0.5, "y": 0.5,
+                                                    "xref": "paper", "yref": "paper", "font": {"size": 13}}],
+                                   "template": "plotly_white", "meta": {"message": message}}}
+
+
+# --------------------------------------------------------------------------- controls
+
+
+@dataclass(frozen=True)
+class GroupControls:
+    """Selector contents for one run group."""
+
+    model_options: list[dict[str, Any]]
+    models: list[str]
+    subset_options: list[dict[str, Any]]
+    live: list[LiveDim]
+    message: str | None = None
+
+
+def group_controls(data: AppData, group_key: Any) -> GroupControls:
+    """Models (runs with samples; running ones marked), classes and live controls of a group;
+    the first two runs with samples are preselected."""
+    try:
+        group = data.group(group_key)
+    except AppError as exc:
+        return GroupControls([], [], [{"label": "all samples", "value": "all"}], [], str(exc))
+    options = [{"label": r.label, "value": r.run_id, "disabled": r.chunks_done == 0} for r in group.runs]
+    usable = [r.run_id for r in group.runs if r.chunks_done > 0]
+    subsets, live, message = [{"label": "all samples", "value": "all"}], [], None
+    try:
+        first = data.result(usable[0]) if usable else None
+        if first is not None:
+            view = view_for(group.task_kind)
+            subsets += [{"label": label, "value": value} for label, value in view.subset_options([first])]
+            live = live_dims(first.orbit) if view.supports_live([first]) else []
+    except AppError as exc:
+        message = str(exc)
+    return GroupControls(options, usable[:2], subsets, live, message)
+
+
+def metric_controls(data: AppData, group_key: Any, runs: Sequence[str], label_free: bool,
+                    current: str | None) -> tuple[list[dict[str, str]], str | None, str | None]:
+    """``(options, value, message)`` of the metric selector for the selected runs; keeps the
+    current metric when it is still available."""
+    try:
+        view = view_for(data.group(group_key).task_kind)
+        results = [data.result(r) for r in runs[:MAX_MODELS]]
+        if not results:
+            return [], None, None
+        options = view.metric_options(results, label_free)
+        if label_free and not view.label_free_available(results):
+            return [], None, "label-free mode needs stored class probabilities (evaluate with --probabilities)"
+    except AppError as exc:
+        return [], None, str(exc)
+    values = [v for v, _ in options]
+    value = current if current in values else view.default_metric(options, label_free)
+    return [{"label": label, "value": v} for v, label in options], value, None
+
+
+def parse_controls(group: Any, models: Any, metric: Any, subset: Any, method: Any, colour: Any, rank_by: Any,
+                   label_free: Any) -> Selection:
+    """The selector values sent by the browser, checked (anything malformed becomes a default
+    that the data layer then reports, never an exception)."""
+    runs = tuple(m for m in (models if isinstance(models, list) else [models] if models else [])
+                 if isinstance(m, str))[:64]
+    try:
+        cls = None if subset in (None, "all", "") else int(subset)
+    except (TypeError, ValueError):
+        cls = None
+    return Selection(
+        group=group if isinstance(group, str) else None, runs=runs,
+        metric=metric if isinstance(metric, str) else None, subset=cls,
+        method=method if method in METHODS else "pca", colour=colour if colour in COLOUR_STATS else "mean",
+        rank_by=rank_by if rank_by in RANK_BY else "worst",
+        label_free=label_free is True or (isinstance(label_free, (list, tuple)) and "on" in label_free),
+    )
+
+
+# --------------------------------------------------------------------------- selection
+
+
+@dataclass(frozen=True)
+class SelectionUpdate:
+    """New selection and the ranking sliders' state (one entry per slot; unused slots: rank 1
+    of 1 and an empty label). ``live`` holds new live-slider values (None: leave as is)."""
+
+    selection: dict[str, Any]
+    ranks: list[int]
+    maxima: list[int]
+    labels: list[str]
+    live: list[float | None]
+    message: str
+
+
+def _rank_of(ranking: Any, sample: int | None) -> int | None:
+    hits = np.flatnonzero(np.asarray(ranking.sample) == sample) if sample is not None else np.empty(0)
+    return int(hits[0]) + 1 if hits.size else None
+
+
+def update_selection(data: AppData, previous: Any, controls: Selection, event: Event) -> SelectionUpdate:
+    """Fold a user action into the selection and re-derive the ranking sliders from it.
+
+    The sliders are outputs of the selection, never its owners: each shows the selected sample's
+    rank in its model's ranking, so moving one moves the others to the same sample.
+    """
+    prev = Selection.from_dict(previous)
+    sel = replace(controls, sample=prev.sample, element=prev.element)
+    empty = ([1] * MAX_MODELS, [1] * MAX_MODELS, [""] * MAX_MODELS, [None] * N_LIVE)
+    try:
+        ctx = data.context(sel)
+        rankings = data.rankings(ctx, sel.rank_by)
+    except AppError as exc:
+        failed = replace(sel, sample=None, element=None, message=str(exc))
+        return SelectionUpdate(failed.to_dict(), *empty, str(exc))
+    if event.kind == "element" and isinstance(event.value, dict) and "points" in event.value:
+        event = replace(event, value=element_from_click(event.value, ctx.dims))
+    sel = apply_event(sel, event, rankings, ctx.coords, ctx.default_element)
+    ranks, maxima, labels = list(empty[0]), list(empty[1]), list(empty[2])
+    for i, ranking in enumerate(rankings[:MAX_MODELS]):
+        k = _rank_of(ranking, sel.sample)
+        ranks[i], maxima[i], labels[i] = k or 1, max(len(ranking), 1), rank_label(k, len(ranking))
+    live: list[float | None] = [None] * N_LIVE
+    if sel.element != prev.element:  # a new element (or the first): the live slider starts there
+        for j, (_, value) in enumerate((sel.element or ())[:N_LIVE]):
+            live[j] = value
+    return SelectionUpdate(sel.to_dict(), ranks, maxima, labels, live, sel.message or "")
+
+
+def _context_of(data: AppData, selection: Any) -> tuple[Selection, Context]:
+    sel = Selection.from_dict(selection)
+    if sel.message and sel.sample is None:
+        raise AppError(sel.message)
+    ctx = data.context(sel)
+    if sel.sample is None or sel.element is None:
+        raise AppError("no sample selected")
+    return sel, ctx
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _metric_label(metric: str) -> str:
+    return METRICS.get(metric, (metric, False))[0]
+
+
+def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[Selection, Context], NeroData]) -> dict[str, Any]:
+    """A NERO plot of the current selection, drawn by :func:`orbitscope.interactive.render_plotly`
+    and cached per (data, sample, element); a message figure when nothing can be drawn."""
+    try:
+        sel, ctx = _context_of(data, selection)
+    except AppError as exc:
+        return message_figure(str(exc), 420)
+
+    def draw() -> dict[str, Any]:
+        fig = render_plotly(prepare(sel, ctx), height=420)
+        if scope == "individual":  # points to click on
+            fig.update_traces(selector=lambda t: (t.meta or {}).get("role") == "value" and getattr(t, "mode", None) == "lines",
+                              mode="lines+markers", marker={"size": 5})
+        fig.update_layout(uirevision=str(ctx.key), margin=dict(l=30, r=30, t=60, b=30))
+        return fig.to_dict()
+
+    sample = sel.sample if scope == "individual" else None
+    return data.memo((f"fig-{scope}", ctx.key, sample, sel.element), draw)
+
+
+def aggregate_figure(data: AppData, selection: Any) -> dict[str, Any]:
+    """Aggregate NERO plot of the compared runs over the shown samples, with confidence bands and
+    the selected element marked."""
+
+    def prepare(sel: Selection, ctx: Context) -> NeroData:
+        where = "" if sel.subset is None else f", class {sel.subset}" + (" (consensus)" if sel.label_free else "")
+        return prepare_aggregate(list(ctx.results), ctx.metric, labels=ctx.names, subset=ctx.mask,
+                                 marker=sel.element_dict,
+                                 title=f"aggregate: {_metric_label(ctx.metric)}{where} (n = {ctx.positions.size})")
+
+    return _nero_figure(data, selection, "aggregate", prepare)
+
+
+def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:
+    """Individual NERO plot of the selected sample for every compared run; clicking a point
+    selects that orbit element."""
+
+    def prepare(sel: Selection, ctx: Context) -> NeroData:
+        return prepare_individual(list(ctx.results), int(sel.sample), ctx.metric, labels=ctx.names,  # type: ignore[arg-type]
+                                  marker=sel.element_dict,
+                                  title=f"sample {sel.sample}: {_metric_label(ctx.metric)} (click to select an element)")
+
+    return _nero_figure(data, selection, "individual", prepare)
+
+
+def scatter_panels(data: AppData, selection: Any) -> list[tuple[dict[str, Any], str, bool]]:
+    """Per slot: (scatter figure, title, visible). Run ``i`` fills slot ``i``; the selected
+    sample is highlighted; points carry their sample ids (click -> select)."""
+    sel = Selection.from_dict(selection)
+    out: list[tuple[dict[str, Any], str, bool]] = [(message_figure("", 300), "", False)] * MAX_MODELS
+    try:
+        ctx = data.context(sel)
+    except AppError as exc:
+        return [(message_figure(str(exc), 300), "", i < max(len(sel.runs), 1)) for i in range(MAX_MODELS)]
+    for i in range(len(ctx.run_ids)):
+        title = f"{ctx.names[i]}"
+        try:
+            fig = _scatter(data, ctx, sel, i)
+        except AppError as exc:
+            fig = message_figure(str(exc), 300)
+        out[i] = (fig, title, True)
+    return out
+
+
+def _scatter(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[str, Any]:
+    base = data.memo(("fig-scatter-base", ctx.key, i, sel.method, sel.colour), lambda: _scatter_base(data, ctx, sel, i))
+    hits = np.flatnonzero(ctx.shown == sel.sample) if sel.sample is not None else np.empty(0, dtype=int)
+    return _highlighted(base, int(hits[0]), int(sel.sample)) if hits.size else base  # type: ignore[arg-type]
+
+
+def _scatter_base(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[str, Any]:
+    """The scatter without a highlight (built once per embedding and colouring)."""
+    emb = data.embedding(ctx, i, sel.method)
+    colour = data.statistic(ctx, i, sel.colour)
+    fig = scatter_plotly(emb, colour, f"orbit {sel.colour}", f"{emb.label} of {_metric_label(ctx.metric)} orbits")
+    fig.update_layout(clickmode="event", height=300, margin=dict(l=40, r=10, t=40, b=35),
+                      uirevision=str((ctx.key, sel.method)), title={"font": {"size": 13, "color": ctx.colours[i]}})
+    out = fig.to_dict()
+    # sample ids as a JSON list: plotly.js has no int64 arrays, and dcc.Graph's clickData reads
+    # customdata by index from the figure as sent
+    out["data"][0]["customdata"] = [int(s) for s in emb.sample]
+    out["data"][0]["x"], out["data"][0]["y"] = emb.coords[:, 0].tolist(), (
+        emb.coords[:, 1].tolist() if emb.coords.shape[1] > 1 else [0.0] * emb.n_samples)
+    return out
+
+
+def _highlighted(base: dict[str, Any], position: int, sample: int) -> dict[str, Any]:
+    """``base`` with one point marked the way :func:`orbitscope.reduce_plots.scatter_plotly`
+    marks highlights (larger, ringed, annotated with its sample id), without rebuilding it."""
+    trace = dict(base["data"][0])
+    n = len(trace["customdata"])
+    size, width = [8.0] * n, [0.0] * n
+    size[position], width[position] = 14.0, 3.0
+    ring = trace["marker"]["line"]["color"]
+    trace["marker"] = {**trace["marker"], "size": size, "line": {"width": width, "color": ring}}
+    note = {"x": trace["x"][position], "y": trace["y"][position], "text": str(sample), "showarrow": True,
+            "arrowcolor": ring, "font": {"color": ring}}
+    return {"data": [trace, *base["data"][1:]], "layout": {**base["layout"], "annotations": [note]}}
+
+
+# --------------------------------------------------------------------------- detail
+
+
+def _request(ctx: Context, sel: Selection, **extra: Any) -> DetailRequest:
+    return DetailRequest(results=ctx.results, run_ids=ctx.run_ids, names=ctx.names, colours=ctx.colours,
+                         sample=int(sel.sample), element=sel.element_dict or {}, label_free=sel.label_free,  # type: ignore[arg-type]
+                         **extra)
+
+
+def stored_detail(data: AppData, selection: Any) -> list[Any]:
+    """The view's detail panel at the selected sample and element, from stored values."""
+    from dash import html
+
+    try:
+        sel, ctx = _context_of(data, selection)
+    except AppError as exc:
+        return [html.P(str(exc), id="detail-title")]
+    return data.memo(("detail", ctx.key, sel.sample, sel.element),
+                     lambda: ctx.view.stored_detail(_request(ctx, sel), ctx.metric))
+
+
+def live_detail(data: AppData, selection: Any, live_values: Sequence[Any]) -> list[Any]:
+    """The view's live panel: each loadable model re-run at the live point (any value in the
+    orbit's range); models without weights in the store are named as not loadable."""
+    from dash import html
+
+    try:
+        sel, ctx = _context_of(data, selection)
+        if not ctx.view.supports_live(ctx.results):
+            return [html.P("live re-evaluation needs the stored inputs", id="live-title")]
+        dims = live_dims(ctx.results[0].orbit)
+        if not dims:
+            return [html.P("this orbit's elements cannot be re-evaluated in between", id="live-title")]
+        point = _live_point(dims, live_values, sel.element_dict or {})
+        element = single_element_orbit(ctx.results[0].orbit, point)
+    except (AppError, ValueError) as exc:
+        return [html.P(str(exc), id="live-title")]
+    models = [data.model(run_id) for run_id in ctx.run_ids]
+
+    def render() -> list[Any]:
+        outputs = [None if model is None else ctx.view.evaluate_live(model, res, int(sel.sample), element)  # type: ignore[arg-type]
+                   for model, res in zip(models, ctx.results)]
+        return ctx.view.live_detail(_request(ctx, sel, live_point=point, live_transform=element, live_outputs=outputs))
+
+    loadable = tuple(m is not None for m in models)
+    return data.memo(("live", ctx.key, sel.sample, tuple(sorted(point.items())), loadable), render)
+
+
+def _live_point(dims: Sequence[LiveDim], values: Sequence[Any], fallback: dict[str, float]) -> dict[str, float]:
+    point = {}
+    for j, d in enumerate(dims):
+        raw = values[j] if j < len(values) else None
+        try:
+            value = float(raw) if raw is not None else float(fallback[d.dim])
+        except (TypeError, ValueError, KeyError):
+            value = float(fallback.get(d.dim, d.low))
+        if not np.isfinite(value):
+            value = d.low
+        point[d.dim] = float(min(max(value, d.low), d.high))
+    return point

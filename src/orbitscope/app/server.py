@@ -1,0 +1,219 @@
+"""The Dash application: wires :mod:`.callbacks` to the page of :mod:`.layout`, and serves it.
+
+Every callback here is a thin adapter: it turns what the browser sent into an
+:class:`~orbitscope.app.state.Event` or plain values, calls a function of :mod:`.callbacks`, and
+maps the answer back. A failure that is not an :class:`~orbitscope.app.data.AppError` is logged
+with its traceback and shown as "internal error", never propagated: one bad request does not
+stop the server or the page.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any, Callable
+
+import dash
+from dash import ALL, Input, Output, State, html, no_update
+
+from ..store import Store
+from . import callbacks as cb
+from .data import MAX_MODELS, AppData
+from .layout import (
+    AGGREGATE, COLOUR, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC, MODELS, RANK_BY,
+    SELECTION, STATUS, SUBSET, build_layout,
+)
+from .state import Event
+
+__all__ = ["create_app", "serve", "bind_warning", "make_server"]
+
+logger = logging.getLogger(__name__)
+
+_HIDDEN, _SHOWN = {"display": "none"}, {"display": "block"}
+_EVENT_TYPES = {"scatter", "rank", "prev", "next"}
+
+
+def _guarded(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Log unexpected exceptions and answer ``fallback(message)`` instead of failing."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def guarded(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception as exc:  # noqa: BLE001 - the server must keep serving
+                logger.exception("callback %s failed", fn.__name__)
+                return fallback(f"internal error in {fn.__name__}: {type(exc).__name__} (see the server log)")
+
+        return guarded
+
+    return wrap
+
+
+def _event(triggered: list[dict[str, Any]], triggered_id: Any, inputs: dict[str, Any]) -> Event:
+    """The user action behind a call of the selection callback (``"context"`` when the
+    selectors changed, on first load, or when several inputs changed at once)."""
+    if len(triggered) != 1 or triggered_id is None:
+        return Event("context")
+    if isinstance(triggered_id, dict) and triggered_id.get("type") in _EVENT_TYPES:
+        kind, i = triggered_id["type"], triggered_id.get("index")
+        if not isinstance(i, int) or not 0 <= i < MAX_MODELS:
+            return Event("context")
+        if kind == "scatter":
+            click = inputs["scatter"][i]
+            try:
+                return Event("sample", i, click["points"][0]["customdata"])
+            except (TypeError, KeyError, IndexError):
+                return Event("context")
+        if kind == "rank":
+            return Event("rank", i, inputs["rank"][i])
+        return Event("step", i, -1 if kind == "prev" else 1)
+    if triggered_id in (INDIVIDUAL, AGGREGATE):
+        return Event("element", None, inputs[triggered_id])
+    return Event("context")
+
+
+def register_callbacks(app: dash.Dash, data: AppData) -> None:
+    """Attach the interface's callbacks to ``app``."""
+    slots = [Output({"type": k, "index": ALL}, p) for k, p in (("rank", "value"), ("rank", "max"),
+                                                               ("rank-label", "children"))]
+
+    @app.callback(
+        Output(MODELS, "options"), Output(MODELS, "value"), Output(SUBSET, "options"), Output(SUBSET, "value"),
+        Output({"type": "live-row", "index": ALL}, "style"), Output({"type": "live-label", "index": ALL}, "children"),
+        Output({"type": "live", "index": ALL}, "min"), Output({"type": "live", "index": ALL}, "max"),
+        Output({"type": "live", "index": ALL}, "step"),
+        Input(GROUP, "value"),
+    )
+    @_guarded(lambda msg: (no_update,) * 9)
+    def on_group(group: Any) -> tuple[Any, ...]:
+        c = cb.group_controls(data, group)
+        live = c.live[: cb.N_LIVE] + [None] * (cb.N_LIVE - len(c.live[: cb.N_LIVE]))
+        return (c.model_options, c.models, c.subset_options, "all",
+                [_SHOWN if d else _HIDDEN for d in live], [f"live {d.dim}" if d else "" for d in live],
+                [d.low if d else 0 for d in live], [d.high if d else 1 for d in live],
+                [d.step if d else 1 for d in live])
+
+    @app.callback(Output(METRIC, "options"), Output(METRIC, "value"),
+                  Input(MODELS, "value"), Input(LABEL_FREE, "value"), State(GROUP, "value"), State(METRIC, "value"))
+    @_guarded(lambda msg: ([], None))
+    def on_models(models: Any, label_free: Any, group: Any, metric: Any) -> tuple[Any, Any]:
+        runs = [m for m in (models or []) if isinstance(m, str)]
+        options, value, _ = cb.metric_controls(data, group, runs, bool(label_free), metric)
+        return options, value
+
+    @app.callback(
+        Output(SELECTION, "data"), *slots,
+        Output({"type": "live", "index": ALL}, "value"), Output(STATUS, "children"),
+        Input({"type": "scatter", "index": ALL}, "clickData"), Input({"type": "rank", "index": ALL}, "value"),
+        Input({"type": "prev", "index": ALL}, "n_clicks"), Input({"type": "next", "index": ALL}, "n_clicks"),
+        Input(INDIVIDUAL, "clickData"), Input(AGGREGATE, "clickData"),
+        Input(GROUP, "value"), Input(MODELS, "value"), Input(METRIC, "value"), Input(SUBSET, "value"),
+        Input(METHOD, "value"), Input(COLOUR, "value"), Input(RANK_BY, "value"), Input(LABEL_FREE, "value"),
+        State(SELECTION, "data"),
+    )
+    @_guarded(lambda msg: (no_update,) * 5 + (msg,))
+    def on_event(scatter: Any, rank: Any, prev: Any, nxt: Any, individual: Any, aggregate: Any, group: Any,
+                 models: Any, metric: Any, subset: Any, method: Any, colour: Any, rank_by: Any, label_free: Any,
+                 selection: Any) -> tuple[Any, ...]:
+        ctx = dash.callback_context
+        event = _event(list(ctx.triggered), ctx.triggered_id,
+                       {"scatter": scatter, "rank": rank, INDIVIDUAL: individual, AGGREGATE: aggregate})
+        logger.debug("event %s (triggered by %s)", event, [t.get("prop_id") for t in ctx.triggered])
+        controls = cb.parse_controls(group, models, metric, subset, method, colour, rank_by, label_free)
+        up = cb.update_selection(data, selection, controls, event)
+        live = [no_update if v is None else v for v in up.live]
+        return up.selection, up.ranks, up.maxima, up.labels, live, up.message
+
+    @app.callback(Output(AGGREGATE, "figure"), Input(SELECTION, "data"))
+    @_guarded(cb.message_figure)
+    def on_aggregate(selection: Any) -> Any:
+        return cb.aggregate_figure(data, selection)
+
+    @app.callback(Output({"type": "scatter", "index": ALL}, "figure"),
+                  Output({"type": "panel", "index": ALL}, "style"),
+                  Output({"type": "panel-title", "index": ALL}, "children"), Input(SELECTION, "data"))
+    @_guarded(lambda msg: ([cb.message_figure(msg)] * MAX_MODELS, [no_update] * MAX_MODELS, [""] * MAX_MODELS))
+    def on_scatter(selection: Any) -> tuple[Any, Any, Any]:
+        panels = cb.scatter_panels(data, selection)
+        styles = [{"display": "block" if shown else "none", "borderTop": f"4px solid {_colour(i)}"}
+                  for i, (_, _, shown) in enumerate(panels)]
+        return [p[0] for p in panels], styles, [p[1] for p in panels]
+
+    @app.callback(Output(INDIVIDUAL, "figure"), Input(SELECTION, "data"))
+    @_guarded(cb.message_figure)
+    def on_individual(selection: Any) -> Any:
+        return cb.individual_figure(data, selection)
+
+    @app.callback(Output(DETAIL_STORED, "children"), Input(SELECTION, "data"))
+    @_guarded(lambda msg: [html.P(msg, id="detail-title")])
+    def on_detail(selection: Any) -> Any:
+        return cb.stored_detail(data, selection)
+
+    @app.callback(Output(DETAIL_LIVE, "children"), Input(SELECTION, "data"),
+                  Input({"type": "live", "index": ALL}, "value"))
+    @_guarded(lambda msg: [html.P(msg, id="live-title")])
+    def on_live(selection: Any, live: Any) -> Any:
+        return cb.live_detail(data, selection, live or [])
+
+
+def _colour(i: int) -> str:
+    from ..nero import MODEL_COLOURS
+
+    return MODEL_COLOURS[i % len(MODEL_COLOURS)]
+
+
+def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | None = None) -> dash.Dash:
+    """The Dash app on the store at ``home`` (which must exist: it is never created).
+
+    Raises:
+        orbitscope.store.StoreError: no store at ``home``.
+    """
+    data = data or AppData(Store(home, create=False))
+    app = dash.Dash(__name__, title="orbitscope", update_title=None, serve_locally=True)
+    app.layout = lambda: build_layout(data)
+    register_callbacks(app, data)
+    app.server.config["orbitscope_data"] = data
+    return app
+
+
+def bind_warning(host: str) -> str | None:
+    """A warning when ``host`` makes the server reachable from other machines."""
+    if host in ("0.0.0.0", "::", "", "*"):
+        where = f"{host or '*'} (all interfaces)"
+    elif host.startswith("127.") or host in ("localhost", "::1"):
+        return None
+    else:
+        where = host
+    return (f"serving on {where}: anyone who can reach this machine can read every run in the store "
+            "(there is no authentication); bind 127.0.0.1 unless you mean it")
+
+
+def make_server(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050) -> Any:
+    """A threaded WSGI server for ``app`` (``serve_forever()`` to run, ``shutdown()`` to stop)."""
+    from werkzeug.serving import make_server as wsgi_server
+
+    warning = bind_warning(host)
+    if warning:
+        logger.warning(warning)
+    return wsgi_server(host, port, app.server, threaded=True)
+
+
+def serve(home: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Serve the interface until interrupted (Ctrl-C)."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    # requests handle small arrays (one image, 500 × 73 matrices): one thread each is fastest and
+    # leaves the other cores to the user's own jobs
+    torch.set_num_threads(1)
+    threadpool_limits(1)
+    server = make_server(create_app(home), host, port)
+    logger.info("orbitscope interface on http://%s:%d/ (Ctrl-C to stop)", "localhost" if host in ("127.0.0.1", "::1") else host, port)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

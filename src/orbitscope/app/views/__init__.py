@@ -1,0 +1,129 @@
+"""Task-specific parts of the web interface, behind one small interface.
+
+The shell (selectors, aggregate and individual NERO plots, dimension-reduction scatters, ranking
+sliders, linking) knows nothing about tasks: it reads metric *variables* over ``sample`` × orbit
+dims. A :class:`TaskView` supplies what does depend on the task: which metrics exist and which way
+is better, how samples split into subsets (classes, flow types …), whether label-free mode is
+possible, and the detail panel (the transformed input and the model outputs at the selected
+element, and live re-evaluation at any element). Classification is implemented in
+:mod:`.classification`; detection heat maps, the PIV 4×4 mosaic and point-cloud disks plug in
+the same way with :func:`register_view`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+from dash import html
+from torch import nn
+
+from ...groups import Orbit
+from ...reduce import LOWER_IS_BETTER, reducible_variables
+from ...result import OrbitResult
+
+__all__ = ["DetailRequest", "TaskView", "register_view", "view_for"]
+
+
+@dataclass(frozen=True, eq=False)
+class DetailRequest:
+    """What a detail panel shows: one sample at one orbit element, for every compared run.
+
+    Attributes:
+        results: the compared results (aligned on their common samples; with the consensus
+            variables when label-free mode or a consensus metric is on).
+        run_ids, names, colours: per run, in comparison order.
+        sample: the selected sample id.
+        element: the selected grid element ``{dim: value}``.
+        label_free: label-free (consensus) mode.
+        live_point: for :meth:`TaskView.live_detail`: any point in the orbit's range.
+        live_transform: the orbit element at ``live_point`` as a one-element orbit.
+        live_outputs: per run, what :meth:`TaskView.evaluate_live` returned (None: not loadable).
+    """
+
+    results: Sequence[OrbitResult]
+    run_ids: Sequence[str]
+    names: Sequence[str]
+    colours: Sequence[str]
+    sample: int
+    element: Mapping[str, float]
+    label_free: bool = False
+    live_point: Mapping[str, float] | None = None
+    live_transform: Orbit | None = None
+    live_outputs: Sequence[Any] | None = None
+
+
+class TaskView:
+    """Defaults that work for any task (metrics from the stored variables, no subsets, a detail
+    panel listing the metric values); subclasses override what their task knows better."""
+
+    #: The task kind (``task["kind"]`` of a run) this view serves.
+    kind: ClassVar[str] = "generic"
+
+    # -- selectors ------------------------------------------------------------------------------
+    def metric_options(self, results: Sequence[OrbitResult], label_free: bool) -> list[tuple[str, str]]:
+        """``(value, label)`` of the metrics every result can show (in label-free mode only
+        metrics that need no labels)."""
+        common = set.intersection(*(set(reducible_variables(r)) for r in results)) if results else set()
+        return [(v, v) for v in sorted(common)]
+
+    def default_metric(self, options: Sequence[tuple[str, str]], label_free: bool) -> str | None:
+        return options[0][0] if options else None
+
+    def lower_is_better(self, metric: str) -> bool:
+        """Orientation of ``metric`` for "worst first" rankings."""
+        return metric.lower() in LOWER_IS_BETTER
+
+    def needs_consensus(self, metric: str | None, label_free: bool) -> bool:
+        """Whether the results must carry label-free (consensus) variables."""
+        return False
+
+    def label_free_available(self, results: Sequence[OrbitResult]) -> bool:
+        return False
+
+    def subset_options(self, results: Sequence[OrbitResult]) -> list[tuple[str, int]]:
+        """``(label, value)`` of the sample subsets (e.g. classes); empty: no subsets."""
+        return []
+
+    def subset_mask(self, results: Sequence[OrbitResult], subset: int | None, label_free: bool) -> np.ndarray | None:
+        """Boolean mask over the (aligned) samples of ``subset``; None: all samples."""
+        return None
+
+    # -- detail panel ---------------------------------------------------------------------------
+    def stored_detail(self, req: DetailRequest, metric: str | None) -> list[Any]:
+        """Components showing the stored values of the selected sample at the selected element."""
+        rows = []
+        for res, name in zip(req.results, req.names):
+            da = res.data[metric].sel(sample=req.sample).sel({d: v for d, v in req.element.items()}, method="nearest")
+            rows.append(html.Li(f"{name}: {metric} = {float(da.values):.4g}"))
+        return [html.Ul(rows)]
+
+    def evaluate_live(self, model: nn.Module, result: OrbitResult, sample: int, element: Orbit) -> Any:
+        """Re-run ``model`` on the sample transformed by the one element of ``element``."""
+        raise NotImplementedError(f"no live re-evaluation for {self.kind} tasks")
+
+    def supports_live(self, results: Sequence[OrbitResult]) -> bool:
+        return False
+
+    def live_detail(self, req: DetailRequest) -> list[Any]:
+        """Components showing the live re-evaluation at ``req.live_point``."""
+        return [html.P(f"no live re-evaluation for {self.kind} tasks yet")]
+
+
+_VIEWS: dict[str, type[TaskView]] = {}
+
+
+def register_view(cls: type[TaskView]) -> type[TaskView]:
+    """Register a view class for its ``kind`` (usable as a class decorator)."""
+    if not cls.kind:
+        raise ValueError("a TaskView needs a non-empty kind")
+    _VIEWS[cls.kind] = cls
+    return cls
+
+
+def view_for(task_kind: str | None) -> TaskView:
+    """The view for a task kind (the generic view for kinds without one)."""
+    from . import classification  # noqa: F401  (registers itself)
+
+    return _VIEWS.get(task_kind or "", TaskView)()
