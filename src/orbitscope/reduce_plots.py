@@ -174,7 +174,7 @@ def scatter_plotly(
     width[d.highlight] = 3.0
     ref = "%{customdata[0]}" if custom.ndim > 1 else "%{customdata}"
     trace = go.Scatter(
-        x=d.x, y=d.y, mode="markers", customdata=custom,
+        x=d.x, y=d.y, mode="markers", customdata=custom.tolist(),  # plain lists: plotly.js cannot read int64 typed arrays
         marker={"color": d.colour, "colorscale": colorscale, "cmin": d.colour_range[0], "cmax": d.colour_range[1],
                 "size": size, "line": {"width": width, "color": _HIGHLIGHT_COLOUR},
                 "colorbar": {"title": {"text": d.colour_label}}, "showscale": True},
