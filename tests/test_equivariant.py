@@ -113,7 +113,7 @@ def test_p4cnn_registry_and_roundtrip(tmp_path: Path, digits: torch.Tensor) -> N
     loaded = load_model(path)
     with torch.no_grad():
         assert torch.equal(loaded(digits), model(digits))
-    with pytest.raises(ValueError, match="4 widths"):
+    with pytest.raises(ValueError, match="4 conv widths"):
         P4CNN(widths=(4, 4))
     with pytest.raises(ValueError, match="odd"):
         P4GroupConv(2, 2, kernel_size=4)

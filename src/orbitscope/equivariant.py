@@ -287,11 +287,9 @@ class P4CNN(nn.Module):
     def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (8, 16, 16, 32),
                  hidden: int = 64) -> None:
         super().__init__()
-        widths = tuple(int(w) for w in widths)
-        if len(widths) != 4:
-            raise ValueError(f"P4CNN needs 4 widths, got {len(widths)}: {widths}")
-        if in_channels < 1 or num_classes < 1 or hidden < 1 or min(widths) < 1:
-            raise ValueError("in_channels, num_classes, hidden and widths must all be positive")
+        from .models import check_arch_args
+
+        widths = check_arch_args("P4CNN", in_channels, num_classes, widths, hidden, n_widths=4)
         self.in_channels, self.num_classes, self.widths, self.hidden = int(in_channels), int(num_classes), widths, int(hidden)
         w0, w1, w2, w3 = widths
         self.features = nn.Sequential(

@@ -46,6 +46,17 @@ _N_POOLS = 3
 _FEATURE_SIDE = 3
 
 
+def check_arch_args(arch: str, in_channels: int, num_classes: int, widths: Sequence[int], hidden: int,
+                    n_widths: int) -> tuple[int, ...]:
+    """Validate the constructor arguments shared by the reference architectures; returns the widths."""
+    widths = tuple(int(w) for w in widths)
+    if len(widths) != n_widths:
+        raise ValueError(f"{arch} needs exactly {n_widths} conv widths, got {len(widths)}: {widths}")
+    if in_channels < 1 or num_classes < 1 or hidden < 1 or min(widths) < 1:
+        raise ValueError("in_channels, num_classes, hidden and widths must all be positive")
+    return widths
+
+
 class ReferenceCNN(nn.Module):
     """NERO's MNIST reference CNN (not rotation-equivariant by construction).
 
@@ -77,11 +88,7 @@ class ReferenceCNN(nn.Module):
         hidden: int = 64,
     ) -> None:
         super().__init__()
-        widths = tuple(int(w) for w in widths)
-        if len(widths) != 6:
-            raise ValueError(f"ReferenceCNN needs exactly 6 conv widths, got {len(widths)}: {widths}")
-        if in_channels < 1 or num_classes < 1 or hidden < 1 or min(widths) < 1:
-            raise ValueError("in_channels, num_classes, hidden and widths must all be positive")
+        widths = check_arch_args("ReferenceCNN", in_channels, num_classes, widths, hidden, n_widths=6)
         self.in_channels = int(in_channels)
         self.num_classes = int(num_classes)
         self.widths = widths
