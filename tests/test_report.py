@@ -89,6 +89,11 @@ def test_cli_report_and_plot_kinds(store_runs, tmp_path):
         res = runner.invoke(app, ["plot", *ids, "-o", str(target), "--home", str(home), *args])
         assert res.exit_code == 0, (args, res.output)
         assert target.stat().st_size > 5_000, args
+    # individual plots default to the true-class confidence (the 0/1 correctness is a poor single-sample curve)
+    ind = tmp_path / "ind.html"
+    assert runner.invoke(app, ["plot", *ids, "-o", str(ind), "--kind", "individual", "--sample", str(sample),
+                               "--home", str(home)]).exit_code == 0
+    assert "individual NERO plot: true-class confidence" in ind.read_text()
     single = runner.invoke(app, ["plot", ids[0], "-o", str(tmp_path / "e.png"), "--kind", "embedding",
                                  "--home", str(home)])
     assert single.exit_code == 0, single.output

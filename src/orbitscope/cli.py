@@ -201,8 +201,9 @@ def plot(
     output: Path = typer.Option(..., "-o", "--output", help=".png/.pdf/.svg (static) or .html (interactive, offline)."),
     kind: str = typer.Option("aggregate", help="aggregate, individual (needs --sample), class (needs --cls) "
                              "or embedding (dimension reduction, one panel per run)."),
-    metric: str = typer.Option("correct", help="correct, confidence, top1_confidence, entropy, consensus_agreement, "
-                               "consensus_confidence, kl_to_consensus, tv_to_consensus."),
+    metric: Optional[str] = typer.Option(None, help="correct, confidence, top1_confidence, entropy, consensus_agreement, "
+                                         "consensus_confidence, kl_to_consensus, tv_to_consensus (default: correct "
+                                         "for aggregate/class plots, confidence for individual/embedding)."),
     sample: Optional[int] = typer.Option(None, help="Sample id for --kind individual."),
     cls: Optional[int] = typer.Option(None, "--cls", help="Class for --kind class."),
     marker: Optional[str] = typer.Option(None, help="Mark an orbit element, e.g. angle=90."),
@@ -216,6 +217,7 @@ def plot(
 
     store = Store(home, create=False)
     results = [store.load(r) for r in runs]
+    metric = metric or ("confidence" if kind in ("individual", "embedding") else "correct")
     interactive = output.suffix.lower() in (".html", ".htm")
     mark = _parse_marker(marker)
     if kind == "embedding":
