@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # plotly is imported lazily: the static view must not need it
 __all__ = ["ScatterData", "prepare_scatter", "scatter_figure", "scatter_plotly"]
 
 _HIGHLIGHT_COLOUR = "#D55E00"  # Okabe-Ito vermillion: visible on viridis
+#: Interactive scatter marker sizes (px): every point, a highlighted point, and its ring width.
+POINT_SIZE, HIGHLIGHT_SIZE, HIGHLIGHT_RING = 8.0, 14.0, 3.0
 _MAX_ANNOTATIONS = 10
 
 
@@ -168,10 +170,10 @@ def scatter_plotly(
     custom = d.sample if customdata is None else np.asarray(customdata)
     if custom.shape[0] != n:
         raise ValueError(f"customdata needs one entry per point: got {custom.shape[0]} for {n} points")
-    size = np.full(n, 8.0)
+    size = np.full(n, POINT_SIZE)
     width = np.zeros(n)
-    size[d.highlight] = 14.0
-    width[d.highlight] = 3.0
+    size[d.highlight] = HIGHLIGHT_SIZE
+    width[d.highlight] = HIGHLIGHT_RING
     ref = "%{customdata[0]}" if custom.ndim > 1 else "%{customdata}"
     trace = go.Scatter(
         x=d.x, y=d.y, mode="markers", customdata=custom.tolist(),  # plain lists: plotly.js cannot read int64 typed arrays

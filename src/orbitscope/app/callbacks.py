@@ -18,7 +18,7 @@ import numpy as np
 from ..interactive import render_plotly
 from ..nero import METRICS, NeroData, prepare_aggregate, prepare_individual
 from ..reduce import METHODS
-from ..reduce_plots import scatter_plotly
+from ..reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
 from .data import MAX_MODELS, AppData, AppError, Context
 from .state import (
     COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
@@ -283,8 +283,8 @@ def _highlighted(base: dict[str, Any], position: int, sample: int) -> dict[str, 
     marks highlights (larger, ringed, annotated with its sample id), without rebuilding it."""
     trace = dict(base["data"][0])
     n = len(trace["customdata"])
-    size, width = [8.0] * n, [0.0] * n
-    size[position], width[position] = 14.0, 3.0
+    size, width = [POINT_SIZE] * n, [0.0] * n
+    size[position], width[position] = HIGHLIGHT_SIZE, HIGHLIGHT_RING
     ring = trace["marker"]["line"]["color"]
     trace["marker"] = {**trace["marker"], "size": size, "line": {"width": width, "color": ring}}
     note = {"x": trace["x"][position], "y": trace["y"][position], "text": str(sample), "showarrow": True,
