@@ -103,7 +103,7 @@ def test_p4cnn_recipe_roundtrips_through_cache(tmp_path: Path) -> None:
     m1, info1 = cached_reference_model(recipe, tmp_path)
     path = cache_path(recipe, tmp_path)
     assert path.is_file() and info1["from_cache"] is False and isinstance(m1, P4CNN)
-    assert info1["n_samples"] == 200 and info1["train_data_id"].endswith("[:200]")
+    assert info1["n_samples"] == 200 and info1["train_data_id"].endswith(":stratified200")  # 20 per class
     m2, info2 = cached_reference_model(recipe, tmp_path)
     assert info2["from_cache"] is True and isinstance(m2, P4CNN) and info2["test_accuracy"] == info1["test_accuracy"]
     x = torch.rand(6, 1, 28, 28)

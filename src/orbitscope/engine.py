@@ -17,6 +17,7 @@ import json
 import logging
 import platform
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -27,10 +28,11 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
 from .actions import warp_images
+from .activations import ActivationProbe
 from .groups import Orbit
 from .result import OrbitResult, assemble_result
 from .store import Store, open_store
-from .tasks import Classification, Task
+from .tasks import Classification, Task, Variable
 
 __all__ = ["evaluate", "Run", "ModelError", "DataError"]
 
@@ -212,6 +214,7 @@ def evaluate(
     optimize: bool = False,
     seed: int = 0,
     store_inputs: bool | None = None,
+    activations: ActivationProbe | Sequence[str] | None = None,
     resume: bool = True,
     progress: Progress | None = None,
 ) -> Run:
@@ -239,6 +242,11 @@ def evaluate(
         store_inputs: keep each untransformed input as uint8 (variable ``input``, sample ×
             channel × y × x) so views can show it and re-transform it; default: only when an
             input has at most 3 × 128 × 128 values. The target is always kept (``label``).
+        activations: also record statistics of intermediate activations (an
+            :class:`~orbitscope.activations.ActivationProbe`, or layer names for all statistics),
+            captured with forward hooks in the same pass: variable ``activation`` with dims
+            ``(sample, *orbit dims, layer, stat)``. Not combinable with ``optimize=True`` (folding
+            BatchNorm would change what a convolution's output means).
         resume: reuse a finished run / continue an unfinished one with the same identity.
         progress: called as ``progress(samples_done, n_samples)`` after each chunk.
 
@@ -263,6 +271,13 @@ def evaluate(
     if transforms.dim != 2:
         raise ValueError(f"orbit {orbit!r} acts in 3-D and cannot act on images")
     norm = _normalizer(normalize, device)
+    probe: ActivationProbe | None = None
+    if activations is not None:
+        if optimize:
+            raise ValueError("activations cannot be recorded with optimize=True (BatchNorm folding changes the "
+                             "hooked layers' outputs); use optimize=False")
+        probe = activations if isinstance(activations, ActivationProbe) else ActivationProbe(tuple(activations))
+        probe = probe.resolve(model)
 
     from .models import set_eval_mode
 
@@ -294,6 +309,8 @@ def evaluate(
             "padding": padding,
             "seed": seed,
         }
+        if probe is not None:  # only when used, so run ids without probes stay as they were
+            config["activations"] = probe.spec()
         run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         model_name = model_name or getattr(model, "name", None) or type(model).__name__
         attrs = {
@@ -310,6 +327,7 @@ def evaluate(
             "padding": padding,
             "optimize": optimize,
             "seed": seed,
+            "activations": probe.spec() if probe is not None else None,
             "identity_index": orbit.identity_index() if orbit.identity_index() is not None else -1,
             "versions": _versions(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -342,12 +360,12 @@ def evaluate(
             with torch.random.fork_rng(devices=[]), torch.inference_mode():
                 torch.manual_seed(seed + chunk)
                 arrays = _evaluate_chunk(run_model, x, torch.as_tensor(targets), transforms, orbit, task, norm, fb,
-                                         interpolation, padding, optimize, start)
+                                         interpolation, padding, optimize, start, probe)
             arrays["label"] = torch.as_tensor(targets).cpu().numpy().astype(np.int64).reshape(len(x))
             if keep_inputs:
                 arrays["input"] = _quantise(x)
             if layout is None:
-                layout = _layout(orbit, task, arrays)
+                layout = _layout(orbit, task, arrays, probe)
             if st is not None:
                 if not created:
                     st.create_run(run_id, name=name, model_id=mid, data_id=source.data_id, orbit=orbit.spec(),
@@ -379,6 +397,7 @@ def evaluate(
 def _evaluate_chunk(
     model: nn.Module, x: Tensor, targets: Tensor, transforms: Any, orbit: Orbit, task: Task,
     norm: Callable[[Tensor], Tensor], fb: int, interpolation: str, padding: str, channels_last: bool, start: int,
+    probe: ActivationProbe | None = None,
 ) -> dict[str, np.ndarray]:
     """All orbit elements for one chunk -> {variable: (B, *orbit.shape, *extra)} arrays."""
     b, k = x.shape[0], len(transforms)
@@ -388,7 +407,8 @@ def _evaluate_chunk(
         k1 = min(k, k0 + per_call)
         warped = warp_images(x, transforms[k0:k1], layout="orbit", interpolation=interpolation, padding=padding)  # type: ignore[arg-type]
         flat = norm(warped.reshape((k1 - k0) * b, *x.shape[1:]))
-        outputs = torch.cat([_forward(model, flat[s : s + fb], channels_last) for s in range(0, len(flat), fb)])
+        with probe.attach(model) if probe is not None else nullcontext([]) as collected:
+            outputs = torch.cat([_forward(model, flat[s : s + fb], channels_last) for s in range(0, len(flat), fb)])
         bad = ~torch.isfinite(outputs.reshape(len(outputs), -1)).all(dim=1)
         if bool(bad.any()):
             first = int(torch.nonzero(bad)[0])
@@ -397,6 +417,9 @@ def _evaluate_chunk(
                 f"({int(bad.sum())} of {len(outputs)} outputs in this batch); check the model and its inputs"
             )
         scores = task.score(outputs, targets.repeat(k1 - k0))
+        if probe is not None:
+            scores["activation"] = torch.cat(collected)
+            collected.clear()
         for name, val in scores.items():
             v = val.detach().cpu().numpy().reshape(k1 - k0, b, *val.shape[1:])
             if name not in out:
@@ -413,10 +436,14 @@ def _quantise(x: Tensor) -> np.ndarray:
     return torch.round(x * 255).clamp(0, 255).to(torch.uint8).cpu().numpy()
 
 
-def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray], probe: ActivationProbe | None = None) -> dict[str, Any]:
     nd = len(orbit.dims)
     variables: dict[str, Any] = {}
     declared = {v.name: v for v in task.variables(0)}
+    coords: dict[str, Any] = {d: orbit.coords[d].tolist() for d in orbit.dims}
+    if probe is not None:
+        declared["activation"] = Variable("activation", "float32", ("layer", "stat"))
+        coords.update(layer=list(probe.layers), stat=list(probe.stats))
     for name, a in arrays.items():
         if name in _PER_SAMPLE:
             variables[name] = {"dtype": str(a.dtype), "extra_dims": _PER_SAMPLE[name],
@@ -428,7 +455,7 @@ def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray]) -> dict[str
     return {
         "orbit_dims": list(orbit.dims),
         "orbit_shape": list(orbit.shape),
-        "coords": {d: orbit.coords[d].tolist() for d in orbit.dims},
+        "coords": coords,
         "variables": variables,
     }
 

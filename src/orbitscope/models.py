@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "ReferenceCNN",
+    "SmallCNN",
     "register_model",
     "list_models",
     "build_model",
@@ -195,7 +196,52 @@ def build_model(config: dict[str, Any]) -> nn.Module:
         raise TypeError(f"bad arguments for architecture {arch!r}: {exc}") from exc
 
 
+class SmallCNN(nn.Module):
+    """A five-layer CNN for model zoos (ML4ML's MNIST assessor used a 5-layer CNN).
+
+    ``conv1 → ReLU → max-pool 2 → conv2 → ReLU → max-pool 2 → conv3 → ReLU → adaptive average
+    pool to 3×3 → fc1 → ReLU → fc2``; 3×3 convolutions with padding 1. The last two convolutions
+    (``conv2``, ``conv3``) are the layers ML4ML probes. Any input of at least 12×12 pixels.
+
+    Args:
+        in_channels: image channels.
+        num_classes: number of output logits.
+        widths: output channels of the three convolutions.
+        hidden: width of ``fc1``.
+    """
+
+    arch_name = "small_cnn"
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (8, 16, 32),
+                 hidden: int = 64) -> None:
+        super().__init__()
+        self.widths = check_arch_args("SmallCNN", in_channels, num_classes, widths, hidden, 3)
+        self.in_channels, self.num_classes, self.hidden = in_channels, num_classes, hidden
+        w1, w2, w3 = self.widths
+        self.conv1 = nn.Conv2d(in_channels, w1, 3, padding=1)
+        self.conv2 = nn.Conv2d(w1, w2, 3, padding=1)
+        self.conv3 = nn.Conv2d(w2, w3, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.squeeze = nn.AdaptiveAvgPool2d(3)
+        self.fc1 = nn.Linear(w3 * 9, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
+        return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
+                "widths": list(self.widths), "hidden": self.hidden}
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4 or x.shape[1] != self.in_channels or min(x.shape[-2:]) < 12:
+            raise ValueError(f"SmallCNN expects (B, {self.in_channels}, H, W) with H, W >= 12, got {tuple(x.shape)}")
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = self.squeeze(torch.relu(self.conv3(x)))
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
 register_model(ReferenceCNN.arch_name, ReferenceCNN)
+register_model(SmallCNN.arch_name, SmallCNN)
 
 # Architectures defined elsewhere are registered here, so that build_model / load_model know them
 # without the caller importing their module first (orbitscope.equivariant does not import this module).

@@ -19,7 +19,7 @@ import os
 import shutil
 import sqlite3
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -91,7 +91,7 @@ class Store:
         if self.home.exists() and not self.home.is_dir():
             raise StoreError(f"store path {self.home} exists and is not a directory")
         if not self._catalog.exists():
-            if self.home.exists() and any(p.name not in ("runs", "models") for p in self.home.iterdir()):
+            if self.home.exists() and any(p.name not in ("runs", "models", "zoo") for p in self.home.iterdir()):
                 raise StoreError(
                     f"{self.home} is not an orbitscope store (no {_CATALOG}) and is not empty; "
                     "point ORBITSCOPE_HOME / --home at an empty or existing store directory"
@@ -139,6 +139,11 @@ class Store:
             raise StoreError(f"the catalog {self._catalog} is corrupt or not an orbitscope catalog: {exc}") from exc
         finally:
             con.close()
+
+    def connection(self) -> AbstractContextManager[sqlite3.Connection]:
+        """A catalog connection in one transaction (committed on exit), for modules that keep
+        their own tables in the catalog (e.g. :mod:`orbitscope.modeldb`)."""
+        return self._connect()
 
     def _check_format(self) -> None:
         try:

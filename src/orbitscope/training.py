@@ -14,17 +14,26 @@ Conventions
 Augmentations (per sample, fresh every batch):
 
 * ``"none"``: upright images only.
-* ``"uniform"``: angle ~ Uniform(-max_angle, max_angle).
+* ``"uniform"``: angle ~ Uniform(-max_angle, max_angle); with ``min_angle`` > 0 the magnitude is
+  Uniform(min_angle, max_angle) with a random sign, leaving a gap (-min_angle, min_angle).
 * ``"normal90"``: NERO's scheme, angle ~ Normal(0, 90) truncated to [-180, 180]
   by resampling values outside, so upright digits stay over-represented.
 
 Training data (``recipe.data``):
 
 * ``"mnist-subset"``: the 4,000 training digits of :func:`orbitscope.data.mnist_subset`
-  (the first ``n_train`` of them if set); tested on its 1,000 held-out digits.
+  (with ``n_train`` set: the first ``n_train // 10`` of each class, as that split is ordered by
+  class); tested on its 1,000 held-out digits.
 * ``"fashion-mnist"``: the first ``n_train`` (default 6,000) images of the Fashion-MNIST
   training set; tested on a stratified 1,000 images of its test set (the first 100 of each
   class, :func:`fashion_test_subset`).
+
+Deliberate defects (for model zoos, applied to the training set only, seeded by the recipe seed):
+
+* ``label_noise`` = q: a fraction q of the training labels is replaced by a different class
+  drawn uniformly at random;
+* ``class_imbalance`` = r: a fraction r of the images of the upper half of the classes
+  (labels >= num_classes // 2) is dropped.
 
 Architectures are any registered config, e.g. the reference CNN or
 :class:`orbitscope.equivariant.P4CNN` (``{"arch": "p4cnn"}``); see :data:`EXTRA_RECIPES`.
@@ -61,6 +70,7 @@ __all__ = [
     "training_data",
     "fashion_test_subset",
     "sample_angles",
+    "with_defects",
     "train_classifier",
     "evaluate_accuracy",
     "train_reference_model",
@@ -94,6 +104,9 @@ class TrainRecipe:
         seed: seeds model init, shuffling and augmentation angles.
         augmentation: ``"none"``, ``"uniform"`` or ``"normal90"`` (see module docs).
         max_angle: half-width in degrees of the ``"uniform"`` range.
+        min_angle: with ``"uniform"``, the smallest angle magnitude drawn (a gap around 0°).
+        label_noise: fraction of training labels replaced by a random other class.
+        class_imbalance: fraction of the upper-half classes' training images dropped.
     """
 
     name: str = "reference"
@@ -106,6 +119,9 @@ class TrainRecipe:
     augmentation: str = "none"
     max_angle: float = 180.0
     n_train: int | None = None
+    min_angle: float = 0.0
+    label_noise: float = 0.0
+    class_imbalance: float = 0.0
 
     def __post_init__(self) -> None:
         if self.augmentation not in AUGMENTATIONS:
@@ -118,11 +134,16 @@ class TrainRecipe:
             raise ValueError(f"lr must be positive and finite, got {self.lr}")
         if not (0 < self.max_angle <= 180):
             raise ValueError(f"max_angle must be in (0, 180] degrees, got {self.max_angle}")
+        if not (0 <= self.min_angle < self.max_angle):
+            raise ValueError(f"min_angle must be in [0, max_angle), got {self.min_angle}")
+        if not (0 <= self.label_noise < 1) or not (0 <= self.class_imbalance < 1):
+            raise ValueError("label_noise and class_imbalance must be fractions in [0, 1)")
         if not self.name or "/" in self.name or os.sep in self.name:
             raise ValueError(f"name must be a non-empty file-name-safe string, got {self.name!r}")
         # normalise to plain JSON types (tuples -> lists) so key() is stable
         object.__setattr__(self, "arch", json.loads(json.dumps(dict(self.arch), sort_keys=True)))
-        for f, typ in (("epochs", int), ("batch_size", int), ("seed", int), ("lr", float), ("max_angle", float)):
+        for f, typ in (("epochs", int), ("batch_size", int), ("seed", int), ("lr", float), ("max_angle", float),
+                       ("min_angle", float), ("label_noise", float), ("class_imbalance", float)):
             object.__setattr__(self, f, typ(getattr(self, f)))
         if self.n_train is None and self.data == "fashion-mnist":
             object.__setattr__(self, "n_train", FASHION_N_TRAIN)
@@ -143,18 +164,22 @@ class TrainRecipe:
     def key(self) -> str:
         """Short stable hash (12 hex chars) of all fields, for cache file names.
 
-        ``n_train`` is left out of the hash while it is ``None``, so recipes written before the
-        field existed keep their keys (and their cached models).
+        Fields added later (``n_train``, ``min_angle``, ``label_noise``, ``class_imbalance``) are
+        left out of the hash while they have their defaults, so older recipes keep their keys (and
+        their cached models).
         """
         fields = self.to_dict()
-        if fields["n_train"] is None:
-            del fields["n_train"]
+        for name, default in _LATER_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def __hash__(self) -> int:
         return hash(self.key())
 
+
+_LATER_FIELDS: dict[str, Any] = {"n_train": None, "min_angle": 0.0, "label_noise": 0.0, "class_imbalance": 0.0}
 
 #: Named presets: upright training and the two rotation-augmented variants.
 RECIPES: dict[str, TrainRecipe] = {
@@ -185,17 +210,22 @@ def _derive_seed(seed: int, purpose: str) -> int:
 
 
 def sample_angles(
-    augmentation: str, n: int, *, generator: torch.Generator, max_angle: float = 180.0
+    augmentation: str, n: int, *, generator: torch.Generator, max_angle: float = 180.0, min_angle: float = 0.0
 ) -> Tensor:
     """Draw ``n`` rotation angles (degrees, float32, shape ``(n,)``) for an augmentation scheme.
 
-    ``"none"`` gives zeros; ``"uniform"`` Uniform(-max_angle, max_angle);
+    ``"none"`` gives zeros; ``"uniform"`` Uniform(-max_angle, max_angle), or with ``min_angle`` > 0
+    a magnitude Uniform(min_angle, max_angle) with a random sign;
     ``"normal90"`` Normal(0, 90) resampled until inside [-180, 180].
     """
     if augmentation == "none":
         return torch.zeros(n)
     if augmentation == "uniform":
-        return (torch.rand(n, generator=generator) * 2.0 - 1.0) * float(max_angle)
+        if min_angle == 0:  # the original draw, kept so existing recipes reproduce exactly
+            return (torch.rand(n, generator=generator) * 2.0 - 1.0) * float(max_angle)
+        magnitude = min_angle + torch.rand(n, generator=generator) * (max_angle - min_angle)
+        sign = torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
+        return sign * magnitude
     if augmentation == "normal90":
         out = torch.randn(n, generator=generator) * 90.0
         bad = out.abs() > 180.0
@@ -276,7 +306,8 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
         total, correct, seen = 0.0, 0, 0
         for images, labels in loader:
             if recipe.augmentation != "none":
-                angles = sample_angles(recipe.augmentation, len(labels), generator=aug_gen, max_angle=recipe.max_angle)
+                angles = sample_angles(recipe.augmentation, len(labels), generator=aug_gen, max_angle=recipe.max_angle,
+                                       min_angle=recipe.min_angle)
                 images = _rotate(images, angles)
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=True)
@@ -343,9 +374,39 @@ def training_data(recipe: TrainRecipe) -> tuple[Dataset, Dataset]:
     if recipe.n_train is not None:
         if recipe.n_train > len(train):
             raise ValueError(f"n_train={recipe.n_train} exceeds the {len(train)} training images of {recipe.data!r}")
-        if recipe.n_train < len(train):
+        if recipe.n_train < len(train) and recipe.data == "mnist-subset":
+            # its training split is ordered by class: take the first n_train/10 digits of each class
+            train = train.stratified(recipe.n_train // 10)
+        elif recipe.n_train < len(train):
             train = train.subset(slice(0, recipe.n_train), data_id=f"{train.data_id}[:{recipe.n_train}]")
-    return train, test
+    return with_defects(train, recipe), test
+
+
+def with_defects(train: Any, recipe: TrainRecipe) -> Any:
+    """``train`` with the recipe's class imbalance and label noise applied (see the module docs);
+    unchanged when both are 0. Deterministic for the recipe seed."""
+    if recipe.label_noise == 0 and recipe.class_imbalance == 0:
+        return train
+    import numpy as np
+
+    from .data import ArrayDataset
+
+    rng = np.random.default_rng(_derive_seed(recipe.seed, "defects"))
+    labels = np.asarray(train.labels)
+    n_classes = int(labels.max()) + 1
+    keep = np.ones(len(labels), bool)
+    if recipe.class_imbalance > 0:
+        upper = np.flatnonzero(labels >= n_classes // 2)
+        drop = rng.choice(upper, size=int(round(recipe.class_imbalance * len(upper))), replace=False)
+        keep[drop] = False
+    idx = np.flatnonzero(keep)
+    new_labels = labels[idx].copy()
+    if recipe.label_noise > 0:
+        flip = rng.random(len(idx)) < recipe.label_noise
+        shift = rng.integers(1, n_classes, size=int(flip.sum()))  # a different class, uniformly
+        new_labels[flip] = (new_labels[flip] + shift) % n_classes
+    tag = f"[defects:noise{recipe.label_noise:g},imbalance{recipe.class_imbalance:g}]"
+    return ArrayDataset(np.asarray(train.images)[idx], new_labels, f"{train.data_id}{tag}", train.classes)
 
 
 def train_reference_model(recipe: TrainRecipe, progress: ProgressFn | None = None) -> tuple[nn.Module, dict[str, Any]]:
