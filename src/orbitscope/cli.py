@@ -351,5 +351,13 @@ def serve(
     serve_app(store.home, host=host, port=port)
 
 
+# sub-commands defined in their own modules (imported last: they use the helpers above)
+from .cli_zoo import zoo_app  # noqa: E402
+
+app.add_typer(zoo_app, name="zoo")
+from .robust.cli import robust_app  # noqa: E402
+app.add_typer(robust_app, name="robust")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()

@@ -52,14 +52,12 @@ def variance_matrix(signal: np.ndarray) -> np.ndarray:
         raise ValueError(f"a signal must be (images, levels), got shape {s.shape}")
     if s.shape[0] == 0:
         return np.zeros((s.shape[1], s.shape[1]))
-    # mean_k (a_i − a_j)² = E[a_i²] + E[a_j²] − 2 E[a_i a_j]: one matrix product, then clip rounding
-    centred = s - s.mean(axis=1, keepdims=True)  # per-image offsets cancel in differences
-    sq = np.einsum("ki,ki->i", centred, centred) / len(s)
-    cross = centred.T @ centred / len(s)
-    m2 = np.maximum(sq[:, None] + sq[None, :] - 2 * cross, 0.0)
-    m = np.sqrt(m2)
-    np.fill_diagonal(m, 0.0)
-    return (m + m.T) / 2
+    n = s.shape[1]
+    m = np.zeros((n, n))
+    for i in range(n - 1):  # exact differences (a Gram-matrix shortcut loses digits for close levels)
+        d = s[:, i + 1 :] - s[:, i : i + 1]
+        m[i, i + 1 :] = np.sqrt(np.mean(d * d, axis=0))
+    return m + m.T
 
 
 def identity_level(result: OrbitResult) -> int:

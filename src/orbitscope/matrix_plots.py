@@ -25,7 +25,7 @@ __all__ = ["CONFIDENCE_VMAX", "ACTIVATION_VMAX", "display_matrix", "matrix_figur
 #: Upper end of the colour scale for confidence matrices (ML4ML's 0…0.15).
 CONFIDENCE_VMAX = 0.15
 #: Upper end of the colour scale for activation matrices (relative RMS change).
-ACTIVATION_VMAX = 0.5
+ACTIVATION_VMAX = 0.2
 _CMAP = "magma"
 
 

@@ -5,8 +5,8 @@ rotation −15…+15° by 1°, ML4ML's 31 levels); its members vary, determinist
 in what ML4ML varied (arXiv 2109.12926, see ``reference/seeds.md``):
 
 * augmentation range relative to the test range (half-width T = 15°): ``none``; ``narrower``
-  (uniform ±3…10°); ``matched`` (±T); ``wider`` (±25…60°); ``gap`` (magnitudes 5…10° up to
-  15…30°: the range around 0° is never seen);
+  (uniform ±T/5…2T/3, i.e. ±3…10°); ``matched`` (±T); ``wider`` (±5T/3…4T, i.e. ±25…60°); ``gap``
+  (magnitudes from T/3…2T/3 up to T…2T, i.e. 5…10° up to 15…30°: angles near 0° never seen);
 * epochs (3, 4, 6, 8), learning rate (1e-3, 3e-3, 1e-2), label noise (0 or 0.2/0.4), class
   imbalance (0 or 0.8 of the upper classes dropped), little data (1,000 training images, three
   times the epochs), seed.
@@ -83,6 +83,8 @@ class Family:
         images_per_class: test images per class used for the matrices.
         accuracy_floor: accuracy at the identity an invariant model must reach (provenance rule).
         n_train: training images (None: the dataset's default).
+        epochs_choices: epochs drawn from (the "little data" members train three times as long).
+        little_data: training images of the "little data" members (a fifth of the members).
         description: one line for listings.
     """
 
@@ -95,6 +97,8 @@ class Family:
     test_orbit: str = ZOO_TEST_ORBIT
     images_per_class: int = 30
     n_train: int | None = None
+    epochs_choices: tuple[int, ...] = (3, 4, 6, 8)
+    little_data: int = 1000
 
 
 FAMILIES: dict[str, Family] = {
@@ -127,15 +131,15 @@ def member_recipe(family: str | Family, index: int) -> TrainRecipe:
     aug: dict[str, Any] = {"augmentation": "uniform", "max_angle": t}
     if kind == "none":
         aug = {"augmentation": "none"}
-    elif kind == "narrower":
-        aug["max_angle"] = round(float(rng.uniform(3, 10)), 1)
+    elif kind == "narrower":  # ranges relative to T (for T = 15°: 3…10°, 25…60°, gap 5…10° up to 15…30°)
+        aug["max_angle"] = round(float(rng.uniform(t / 5, 2 * t / 3)), 1)
     elif kind == "wider":
-        aug["max_angle"] = round(float(rng.uniform(25, 60)), 1)
+        aug["max_angle"] = round(float(rng.uniform(5 * t / 3, 4 * t)), 1)
     elif kind == "gap":
-        aug.update(min_angle=round(float(rng.uniform(5, 10)), 1), max_angle=round(float(rng.uniform(t, 2 * t)), 1))
-    n_train, epochs = fam.n_train, int(rng.choice([3, 4, 6, 8]))
+        aug.update(min_angle=round(float(rng.uniform(t / 3, 2 * t / 3)), 1), max_angle=round(float(rng.uniform(t, 2 * t)), 1))
+    n_train, epochs = fam.n_train, int(rng.choice(fam.epochs_choices))
     if rng.random() < 0.2:
-        n_train, epochs = 1000, 3 * epochs  # little data (about as many optimiser steps)
+        n_train, epochs = fam.little_data, 3 * epochs  # little data (about as many optimiser steps)
     return TrainRecipe(
         name=f"{fam.name}-{index:03d}",
         arch=fam.arch,
