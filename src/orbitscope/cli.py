@@ -352,9 +352,10 @@ def serve(
 
 
 # sub-commands defined in their own modules (imported last: they use the helpers above)
-from .cli_zoo import zoo_app  # noqa: E402
+from .cli_zoo import assess_command, zoo_app  # noqa: E402
 
 app.add_typer(zoo_app, name="zoo")
+app.command("assess")(_friendly_errors(assess_command))
 from .robust.cli import robust_app  # noqa: E402
 app.add_typer(robust_app, name="robust")
 

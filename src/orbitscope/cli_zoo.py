@@ -155,3 +155,152 @@ def zoo_label(
         db.set_label(m.model_id, _LABEL_KEYS[answer], source="human", labeller=by, note=note)
         saved += 1
     console.print(f"saved {saved} label(s) by {escape(by)}")
+
+
+def _parse_labels(labels: str) -> tuple[str, str | None]:
+    source, _, who = labels.partition(":")
+    if source not in ("provenance", "human"):
+        raise ValueError(f"--labels must be 'provenance', 'human' or 'human:NAME', got {labels!r}")
+    return source, (who or None)
+
+
+def _default_bundle_path(db: object, name: str, labels: str) -> Path:
+    return db.zoo_dir / "assessors" / f"{name}-{labels.replace(':', '-')}.joblib"  # type: ignore[attr-defined]
+
+
+@zoo_app.command("evaluate")
+@_friendly_errors
+def zoo_evaluate(
+    labels: str = typer.Option("provenance", "--labels", help="provenance, human, or human:NAME."),
+    repeats: int = typer.Option(10, "--repeats", help="Repetitions of the family-held-out cross-validation."),
+    folds: int = typer.Option(3, "--folds", help="Folds per repetition (whole families per fold)."),
+    borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
+    cnn: bool = typer.Option(True, "--cnn/--no-cnn", help="Include the CNN on matrix images."),
+    seed: int = typer.Option(0, "--seed"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="CSV of the accuracies."),
+    home: Optional[Path] = HomeOption,
+) -> None:
+    """Cross-validate the assessors and the formula baselines with whole families held out."""
+    from .assess import feature_importances
+    from .assess.pipeline import assessment_data, compare_assessors, fit_assessor
+    from .modeldb import ModelDatabase
+
+    source, who = _parse_labels(labels)
+    data = assessment_data(ModelDatabase(home), labels=source, labeller=who, borderline=borderline)
+    fams = sorted(set(data.families.tolist()))
+    console.print(f"{data.n_models} labelled models ({int(data.y.sum())} invariant) in {len(fams)} families: "
+                  f"{', '.join(fams)}; labels: {data.label_source}")
+    t0 = time.perf_counter()
+    report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=cnn)
+    console.print(report.table(), highlight=False)
+    console.print(f"(cross-validation took {time.perf_counter() - t0:.1f} s)")
+    forest = fit_assessor(data, "random_forest", seed=seed)
+    table = Table(title="random forest on all models: top feature importances")
+    table.add_column("feature")
+    table.add_column("importance")
+    for name, imp in feature_importances(forest.estimator, forest.feature_names)[:12]:
+        table.add_row(name, f"{imp:.3f}")
+    console.print(table)
+    if output is not None:
+        import csv
+
+        rows = report.to_rows()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        console.print(f"wrote {output}")
+
+
+@zoo_app.command("fit")
+@_friendly_errors
+def zoo_fit(
+    assessor: str = typer.Option("random_forest", "--assessor", help="decision_tree, random_forest, adaboost, "
+                                 "logistic_regression or matrix_cnn."),
+    labels: str = typer.Option("provenance", "--labels", help="provenance, human, or human:NAME."),
+    borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Bundle file (default <home>/zoo/assessors/…)."),
+    seed: int = typer.Option(0, "--seed"),
+    home: Optional[Path] = HomeOption,
+) -> None:
+    """Train an assessor on every labelled model and save it for `orbitscope assess`."""
+    from .assess.pipeline import assessment_data, fit_assessor
+    from .modeldb import ModelDatabase
+
+    db = ModelDatabase(home)
+    source, who = _parse_labels(labels)
+    data = assessment_data(db, labels=source, labeller=who, borderline=borderline)
+    bundle = fit_assessor(data, assessor, seed=seed)
+    path = output or _default_bundle_path(db, assessor, labels)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bundle.save(path)
+    default = db.zoo_dir / "assessors" / "default.joblib"
+    if output is None:
+        bundle.save(default)
+    console.print(f"trained {assessor} on {data.n_models} models ({data.label_source}); saved {path}"
+                  + (f" and {default}" if output is None else ""))
+
+
+def assess_command(
+    model: str = typer.Argument(..., help="'package.module:factory' (with --weights), a TorchScript or torch.export "
+                                "file, or an orbitscope .safetensors model file."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="safetensors or state-dict file for a factory."),
+    assessor: Optional[Path] = typer.Option(None, "--assessor", help="Assessor bundle (default <home>/zoo/assessors/default.joblib)."),
+    data: str = typer.Option("mnist-subset:test", "--data", help="Test data spec (as for evaluate)."),
+    per_class: int = typer.Option(30, "--per-class", help="Test images per class (0 = all)."),
+    orbit: Optional[str] = typer.Option(None, "--orbit", help="Levels (default: the assessor's, e.g. rotation:-15:15:1)."),
+    layers: str = typer.Option("last-conv-2", "--layers", help="Two probed layers, comma-separated module names, "
+                               "or last-conv-2 (the last two convolutions)."),
+    normalize: Optional[str] = typer.Option(None, "--normalize", help="Model input normalisation 'MEAN,…/STD,…'."),
+    output: Path = typer.Option(Path("assess-panel.png"), "-o", "--output", help="Matrix panel image."),
+    home: Optional[Path] = HomeOption,
+) -> None:
+    """Judge a model's invariance with a trained assessor: verdict, probability, top features, matrix panel."""
+    import os
+    import sys
+
+    from .assess import AssessorBundle
+    from .assess.pipeline import assess_model
+    from .cli import _parse_normalize
+    from .data import parse_data_spec
+    from .loading import load_user_model
+    from .matrix_plots import save_panel
+    from .modeldb import ModelDatabase
+
+    path = assessor or ModelDatabase(home).zoo_dir / "assessors" / "default.joblib"
+    if not path.is_file():
+        raise FileNotFoundError(f"no assessor at {path}; build a zoo and train one: 'orbitscope zoo train --family "
+                                "mnist-small --n 60' then 'orbitscope zoo fit'")
+    bundle = AssessorBundle.load(path)
+    dataset = parse_data_spec(data)
+    if per_class > 0:
+        if not hasattr(dataset, "stratified"):
+            raise ValueError("--per-class needs an in-memory dataset; pass --per-class 0")
+        dataset = dataset.stratified(per_class)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    net = load_user_model(model, weights)
+    probe = tuple(v.strip() for v in layers.split(",") if v.strip())
+    verdict = assess_model(net, bundle, dataset, orbit=orbit, layers=probe, normalize=_parse_normalize(normalize),
+                           model_name=Path(model).stem)
+    colour = "green" if verdict.label == "invariant" else "red"
+    console.print(f"verdict: [bold {colour}]{verdict.label}[/] (probability invariant {verdict.probability:.2f}; "
+                  f"assessor {type(bundle.estimator).__name__} trained on {escape(bundle.label_source)} labels)")
+    m = verdict.metrics
+    console.print(f"accuracy at identity {m['accuracy_identity']:.3f}, worst {m['accuracy_worst']:.3f} at "
+                  f"{m['worst_level']:g}; correct at every level {m['all_correct_share']:.3f}; "
+                  f"{m['n_correct']} of {m['n_images']} images correct at identity used for the matrices")
+    if verdict.top_features:
+        table = Table(title="top features (importance in the assessor; this model's value; training range)")
+        for col in ("feature", "importance", "value", "training min", "training max"):
+            table.add_column(col)
+        for name, imp, val, lo, hi in verdict.top_features:
+            flag = " (outside)" if not lo <= val <= hi else ""
+            table.add_row(name, f"{imp:.3f}", f"{val:.4g}{flag}", f"{lo:.4g}", f"{hi:.4g}")
+        console.print(table)
+    if verdict.out_of_range:
+        console.print(f"[yellow]note:[/] {len(verdict.out_of_range)} of {len(bundle.feature_names)} features lie "
+                      "outside the training models' range; the assessor extrapolates for this model")
+    save_panel(verdict.matrices, output, title=f"{Path(model).stem}: {verdict.label} (p = {verdict.probability:.2f})")
+    console.print(f"matrix panel: {output}")

@@ -226,6 +226,7 @@ class SmallCNN(nn.Module):
         self.fc1 = nn.Linear(w3 * 9, hidden)
         self.fc2 = nn.Linear(hidden, num_classes)
 
+    @property
     def config(self) -> dict[str, Any]:
         """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
         return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
