@@ -16,7 +16,8 @@ def test_mini_demo_trains_evaluates_and_writes_everything(tmp_path):
         "plain-c4": SYMMETRIZED,
     })
     messages: list[str] = []
-    res = run_demo(tmp_path / "home", tmp_path / "out", n_test=20, step=90.0, cases=(case,), status=messages.append)
+    res = run_demo(tmp_path / "home", tmp_path / "out", n_test=20, step=90.0, cases=(case,), status=messages.append,
+                   ml4ml=False)
     assert any(m.startswith("training 2 model(s)") for m in messages)
     runs = res.runs["mini"]
     assert [r.result.attrs["model_name"] for r in runs] == ["plain", "augmented", "plain-c4"]
@@ -32,5 +33,5 @@ def test_mini_demo_trains_evaluates_and_writes_everything(tmp_path):
     for row, run in zip(rows, runs):
         assert float(row["accuracy at identity"]) == np.round(run.result.correct.values[:, 0].mean(), 4)
     # a second run reuses the cached models and the stored runs
-    again = run_demo(tmp_path / "home", tmp_path / "out", n_test=20, step=90.0, cases=(case,))
+    again = run_demo(tmp_path / "home", tmp_path / "out", n_test=20, step=90.0, cases=(case,), ml4ml=False)
     assert again.seconds["training"] == 0.0 and all(r.reused for r in again.runs["mini"])

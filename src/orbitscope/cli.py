@@ -301,6 +301,7 @@ def demo(
     home: Optional[Path] = HomeOption,
     out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
     n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
+    ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also build a small model zoo and run ML4ML assessors."),
 ) -> None:
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations."""
     from .demo import run_demo
@@ -318,10 +319,16 @@ def demo(
             if msg.startswith("evaluating"):
                 state["update"] = _engine_progress(bar, msg.split(" on ")[0])
 
-        result = run_demo(home, out, n_test=n, status=status, progress=progress)
+        result = run_demo(home, out, n_test=n, status=status, progress=progress, ml4ml=ml4ml)
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
+    if result.ml4ml is not None:
+        console.rule("ML4ML assessors (demo-sized zoo)")
+        console.print(result.ml4ml.cv_table, highlight=False)
+        for v in result.ml4ml.verdicts.values():
+            console.print(f"  {v['model']} (trained with {v['trained with']}): {v['verdict']}, "
+                          f"p(invariant) = {v['probability invariant']:.2f}")
     for key, path in result.files.items():
         console.print(f"  {key:34s} {path}")
     for case, why in result.skipped.items():

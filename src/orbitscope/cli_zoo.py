@@ -202,15 +202,9 @@ def zoo_evaluate(
         table.add_row(name, f"{imp:.3f}")
     console.print(table)
     if output is not None:
-        import csv
+        from .tables import write_csv
 
-        rows = report.to_rows()
-        output.parent.mkdir(parents=True, exist_ok=True)
-        with open(output, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        console.print(f"wrote {output}")
+        console.print(f"wrote {write_csv(report.to_rows(), output)}")
 
 
 @zoo_app.command("fit")

@@ -11,12 +11,12 @@ truncated-normal augmentation (σ = 90°), our p4 group-convolution CNN, and the
 symmetrized over C4 (exactly invariant to 90° rotations). Fashion-MNIST (real IDX files from
 Debian's ``dataset-fashion-mnist``; skipped with a note when absent): plain, NERO-augmented, and
 the plain CNN symmetrized over C4. Models not yet cached are trained two at a time in separate
-processes (one torch thread each).
+processes (one torch thread each). Then the ML4ML part (:mod:`orbitscope.ml4ml_demo`): a small
+model zoo, cross-validated assessors and two verdicts.
 """
 
 from __future__ import annotations
 
-import csv
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +33,7 @@ from .groups import Rotation, Rotation90
 from .plot import nero_plot, save_figure
 from .report import summary_rows, write_report
 from .store import Store
+from .tables import write_csv
 from .tasks import Classification
 from .training import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
 
@@ -77,6 +78,7 @@ class DemoResult:
     files: dict[str, Path] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    ml4ml: Any = None  # an orbitscope.ml4ml_demo.ML4MLDemo when the ML4ML part ran
 
 
 def _train_one(recipe: TrainRecipe, cache_dir: str) -> str:
@@ -109,10 +111,14 @@ def run_demo(
     cases: tuple[DemoCase, ...] = DEMO_CASES,
     status: Callable[[str], None] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    ml4ml: bool = True,
+    ml4ml_per_family: int = 12,
 ) -> DemoResult:
     """Run the demo; ``status`` receives one-line messages, ``progress`` engine progress.
 
-    ``n_test`` images per dataset (a multiple of 10: ``n_test // 10`` per class)."""
+    ``n_test`` images per dataset (a multiple of 10: ``n_test // 10`` per class). With ``ml4ml``
+    the ML4ML part runs too (:func:`orbitscope.ml4ml_demo.run_ml4ml_demo`, ``ml4ml_per_family``
+    models per family, outputs in ``<out_dir>/ml4ml``)."""
     if n_test % 10 or not 10 <= n_test <= 1000:
         raise ValueError(f"n_test must be a multiple of 10 in [10, 1000], got {n_test}")
     say = status or (lambda msg: None)
@@ -147,6 +153,13 @@ def run_demo(
         result.runs[case.name] = runs
         result.files.update(_write_outputs(case, runs, out / case.name))
         result.summaries[case.name] = summary_rows([r.result for r in runs], list(case.models))
+    if ml4ml:
+        from .ml4ml_demo import run_ml4ml_demo
+
+        t0 = time.perf_counter()
+        result.ml4ml = run_ml4ml_demo(store.home, out / "ml4ml", per_family=ml4ml_per_family, status=say)
+        result.files.update(result.ml4ml.files)
+        result.seconds["ml4ml"] = time.perf_counter() - t0
     return result
 
 
@@ -164,17 +177,7 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path) -> dict[str, P
     rows = summary_rows(results, names)
     for row, run in zip(rows, runs):
         row["run"] = run.run_id
-    files[f"{case.name} summary"] = _write_csv(rows, folder / "summary.csv")
+    files[f"{case.name} summary"] = write_csv(rows, folder / "summary.csv")
     files[f"{case.name} report"] = write_report(results, folder / "report.html", labels=names,
                                                 title=f"orbitscope demo: {case.name}, rotations 0…360°")
     return files
-
-
-def _write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
-    return path

@@ -51,6 +51,7 @@ __all__ = [
     "PROVENANCE_RULE",
     "Family",
     "FAMILIES",
+    "get_family",
     "member_recipe",
     "augmentation_relation",
     "provenance_label",
@@ -118,7 +119,8 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-def _family(name: str | Family) -> Family:
+def get_family(name: str | Family) -> Family:
+    """The family called ``name`` (a :class:`Family` passes through)."""
     if isinstance(name, Family):
         return name
     if name not in FAMILIES:
@@ -128,7 +130,7 @@ def _family(name: str | Family) -> Family:
 
 def member_recipe(family: str | Family, index: int) -> TrainRecipe:
     """The training recipe of member ``index`` of ``family`` (deterministic)."""
-    fam = _family(family)
+    fam = get_family(family)
     if index < 0:
         raise ValueError(f"member index must be >= 0, got {index}")
     digest = hashlib.sha256(f"{fam.name}:{index}".encode()).digest()
@@ -275,7 +277,7 @@ def build_member(family: str | Family, index: int, home: str | Path) -> dict[str
     from .training import cache_path, cached_reference_model
 
     torch.set_num_threads(1)
-    fam = _family(family)
+    fam = get_family(family)
     recipe = member_recipe(fam, index)
     home = Path(home)
     cache_dir = home / "models" / "zoo" / fam.name
@@ -325,7 +327,7 @@ def build_family(
     """
     from .modeldb import ModelDatabase
 
-    fam = _family(family)
+    fam = get_family(family)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if workers < 1:

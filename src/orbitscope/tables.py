@@ -1,0 +1,24 @@
+"""Small helpers for tabular outputs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["write_csv"]
+
+
+def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Write dict rows (columns from the first row) to ``path``; floats with 4 decimals.
+    Creates parent folders; raises ValueError for no rows."""
+    if not rows:
+        raise ValueError(f"nothing to write to {path}: no rows")
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.4f}" if isinstance(v, float) else v) for k, v in row.items()})
+    return p
