@@ -31,14 +31,26 @@ from .groups import (
     orbit_from_spec,
     parse_orbit,
 )
+from .activations import ActivationProbe
 from .loading import load_model, load_user_model, save_model
-from .models import ReferenceCNN, fold_batchnorm, model_hash, optimize_for_inference
+from .matrices import VarianceMatrices, variance_matrices, variance_matrix
+from .matrix_plots import matrix_figure, matrix_panel
+from .modeldb import ModelDatabase
+from .models import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
 from .result import OrbitResult, aggregate, wilson_interval
 from .store import Store, StoreError
 from .tasks import Classification, Task
 from .training import TrainRecipe, cached_reference_model, train_classifier
 
 __all__ = [
+    "ActivationProbe",
+    "ModelDatabase",
+    "SmallCNN",
+    "VarianceMatrices",
+    "matrix_figure",
+    "matrix_panel",
+    "variance_matrices",
+    "variance_matrix",
     "P4CNN",
     "consensus_scores",
     "invariance_measures",
