@@ -94,6 +94,8 @@ def test_fit_and_assess_a_new_model(home, tmp_path):
     expected = bundle.predict_proba(data.X[row][None])[0][list(bundle.classes).index(1)]
     assert verdict.probability == pytest.approx(expected, abs=1e-6)
     assert len(verdict.top_features) == 10 and verdict.top_features[0][1] >= verdict.top_features[-1][1]
+    with pytest.raises(ValueError, match="trained on matrices over"):
+        assess_model(model, bundle, zoo.test_images(FAMILY_A), orbit="brightness:0.9:1.1:0.1")
     with pytest.raises(ValueError, match="unknown assessor"):
         fit_assessor(data, "svm")
 

@@ -199,6 +199,9 @@ def assess_model(model: Any, bundle: AssessorBundle, data: Any, *, orbit: str | 
     """Evaluate ``model`` on ``data`` over the bundle's orbit and judge it with ``bundle``."""
     from ..zoo import model_matrices
 
+    if orbit is not None and isinstance(bundle.orbit_spec, str) and orbit != bundle.orbit_spec:
+        raise ValueError(f"the assessor was trained on matrices over {bundle.orbit_spec!r}; judging matrices over "
+                         f"{orbit!r} with it would be meaningless. Train an assessor on a zoo with that test orbit")
     orbit = orbit or bundle.orbit_spec
     if not isinstance(orbit, str):
         raise ValueError("the assessor bundle does not record its orbit; pass orbit='rotation:-15:15:1' or similar")
