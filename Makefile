@@ -13,6 +13,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[test]'
+	# optional TorchAttacks adapter + PGD baseline; --no-deps: its declared deps would pull a CUDA torch
+	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -125,8 +125,13 @@ def write_report(
     n_samples: int = 10,
     title: str = "orbitscope report",
     seed: int = 0,
+    extra_sections: Sequence[str] = (),
 ) -> Path:
-    """Write the report for ``results`` (same orbit) to ``path`` (.html) and return the path."""
+    """Write the report for ``results`` (same orbit) to ``path`` (.html) and return the path.
+
+    ``extra_sections``: HTML fragments appended after the built-in sections, e.g.
+    :meth:`orbitscope.robust.compare.RobustnessComparison.html_section`.
+    """
     results = list(results)
     if not results:
         raise ValueError("give at least one run to report on")
@@ -182,6 +187,7 @@ def write_report(
     parts.append("</div>")
 
     parts.append(_sensitive_section(results, labels, metric, n_samples, fig))
+    parts.extend(extra_sections)
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
            f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
     p.parent.mkdir(parents=True, exist_ok=True)
