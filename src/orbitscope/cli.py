@@ -325,7 +325,7 @@ def demo(
         _print_summary([r.result for r in runs])
     if result.ml4ml is not None:
         console.rule("ML4ML assessors (demo-sized zoo)")
-        console.print(result.ml4ml.cv_table, highlight=False)
+        console.print(result.ml4ml.cv_table, highlight=False, soft_wrap=True)
         for v in result.ml4ml.verdicts.values():
             console.print(f"  {v['model']} (trained with {v['trained with']}): {v['verdict']}, "
                           f"p(invariant) = {v['probability invariant']:.2f}")

@@ -192,7 +192,7 @@ def zoo_evaluate(
                   f"{', '.join(fams)}; labels: {data.label_source}")
     t0 = time.perf_counter()
     report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=cnn)
-    console.print(report.table(), highlight=False)
+    console.print(report.table(), highlight=False, soft_wrap=True)
     console.print(f"(cross-validation took {time.perf_counter() - t0:.1f} s)")
     forest = fit_assessor(data, "random_forest", seed=seed)
     table = Table(title="random forest on all models: top feature importances")
