@@ -175,3 +175,11 @@ def test_adversarial_recipe_is_cached_and_deterministic(tmp_path) -> None:
     assert model_hash(other) == model_hash(model)
     with pytest.raises(ValueError, match="unknown adversarial recipe"):
         cached_adversarial_model("nope", tmp_path)
+
+
+def test_cli_inputs_are_balanced_across_classes():
+    from orbitscope.robust.cli import balanced_inputs
+
+    labels = np.asarray(balanced_inputs("mnist-subset:test", 50).labels)
+    assert np.bincount(labels).tolist() == [5] * 10  # the split is ordered by class: '@50' would be all zeros
+    assert len(balanced_inputs("mnist-subset:test@7", 50)) == 7 and len(balanced_inputs("mnist-subset:test", 0)) == 1000

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import numpy as np
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -94,14 +95,34 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def balanced_inputs(data: str, n: int) -> Any:
+    """The dataset of spec ``data`` cut to ``n`` inputs with every class equally represented (the
+    first ``n // classes`` of each class: the MNIST subset's splits are ordered by class, so the
+    first N would be all zeros). A spec with '@N' is taken as given; ``n = 0`` keeps everything."""
+    from ..data import parse_data_spec
+
+    dataset = parse_data_spec(data)
+    if "@" in data or n == 0:
+        return dataset
+    if n < 0:
+        raise ValueError(f"--n must be >= 0, got {n}")
+    labels = getattr(dataset, "labels", None)
+    if labels is None or not hasattr(dataset, "stratified"):
+        return parse_data_spec(f"{data}@{n}")
+    per_class = max(1, n // len(np.unique(labels)))
+    return dataset.stratified(per_class)
+
+
 @robust_app.command("certify")
 @_friendly_errors
 def certify_command(
     model: str = typer.Option(..., "--model", help="A recipe name (plain, uniform, normal90, p4cnn, pgd, …: trained "
                               "on first use and cached), 'package.module:factory' (with --weights), a TorchScript or "
                               "torch.export file, or an orbitscope .safetensors model file."),
-    data: str = typer.Option("mnist-subset:test@100", "--data", help="mnist-subset[:train|test], fashion-mnist[:train|"
+    data: str = typer.Option("mnist-subset:test", "--data", help="mnist-subset[:train|test], fashion-mnist[:train|"
                              "test], idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
+    n: int = typer.Option(100, "--n", help="Inputs: N/classes of each class (the first of each), unless --data "
+                          "has '@N'; 0 = all."),
     perturbation: str = typer.Option("linf:8/255", "--perturbation", "-p", help="linf:EPS[:8bit], l2:EPS, "
                                      "gaussian:SIGMA, rotation:DEG, shift:PX[:continuous], scale:LO:HI, "
                                      "brightness:LO:HI, products joined by '+' (e.g. rotation:15+scale:0.9:1.1)."),
@@ -123,7 +144,6 @@ def certify_command(
     home: Optional[Path] = HomeOption,
 ) -> None:
     """Certify every input of a dataset: is its failure probability under random perturbations below κ?"""
-    from ..data import parse_data_spec
     from .certify import certify
     from .samplers import parse_perturbation
 
@@ -131,7 +151,7 @@ def certify_command(
     console, err_console = main.console, main.err_console
     _check_device(device)
     sampler = parse_perturbation(perturbation)
-    dataset = parse_data_spec(data)
+    dataset = balanced_inputs(data, n)
     net, name = resolve_model(model, weights, home, status=lambda m: err_console.print(f"• {m}"))
     with _bar() as bar:
         t0 = time.perf_counter()
@@ -182,7 +202,8 @@ def _floats(text: str, what: str) -> list[float]:
 def compare_command(
     eps: str = typer.Option("0.05,0.1,0.2", "--eps", help="L∞ radii (pixel values in [0, 1]), comma-separated."),
     rotations: str = typer.Option("10,20,30", "--rotations", help="Rotation half-ranges θ in degrees ('' for none)."),
-    n: int = typer.Option(200, "--n", help="Inputs: the first N of --data."),
+    n: int = typer.Option(200, "--n", help="Inputs: N/classes of each class (the first of each), unless --data has "
+                          "'@N'."),
     out: Path = typer.Option(Path("robustness-output"), "-o", "--out", help="Folder for robustness.csv, .png and "
                              "the HTML section."),
     report: Optional[Path] = typer.Option(None, "--report", help="Also write a standalone HTML report here."),
@@ -202,7 +223,6 @@ def compare_command(
     home: Optional[Path] = HomeOption,
 ) -> None:
     """Clean, PGD and certified probabilistic robust accuracy of several models over ε and rotations."""
-    from ..data import parse_data_spec
     from .compare import compare_robustness
 
     main = _main()
@@ -212,7 +232,7 @@ def compare_command(
         raise ValueError(f"--n must be >= 1, got {n}")
     if report is not None and report.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"--report must be an .html file, got {report.name!r}")
-    dataset = parse_data_spec(f"{data}@{n}" if "@" not in data else data)
+    dataset = balanced_inputs(data, n)
     say = lambda m: err_console.print(f"• {m}")  # noqa: E731
     nets = {}
     for spec in [m.strip() for m in models.split(",") if m.strip()]:
