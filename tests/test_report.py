@@ -100,3 +100,18 @@ def test_cli_report_and_plot_kinds(store_runs, tmp_path):
     for args in (["--kind", "individual"], ["--kind", "class"], ["--kind", "bogus"], ["--marker", "angle:90"]):
         res = runner.invoke(app, ["plot", *ids, "-o", str(tmp_path / "x.png"), "--home", str(home), *args])
         assert res.exit_code == 2 and "error:" in res.output, args
+
+
+def test_cli_report_includes_a_robustness_comparison(store_runs, tmp_path):
+    home, runs = store_runs
+    folder = tmp_path / "robust-out"
+    folder.mkdir()
+    fragment = "<section><h2>Probabilistic robustness</h2><p>marker-7d1f</p></section>"
+    (folder / "robustness_section.html").write_text(fragment)
+    out = tmp_path / "with.html"
+    res = runner.invoke(app, ["report", runs[0].run_id, "-o", str(out), "--home", str(home), "--robustness", str(folder)])
+    assert res.exit_code == 0, res.output
+    assert fragment in out.read_text()
+    missing = runner.invoke(app, ["report", runs[0].run_id, "-o", str(out), "--home", str(home),
+                                  "--robustness", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "robust compare" in missing.output

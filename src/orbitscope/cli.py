@@ -284,14 +284,22 @@ def report(
     method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
     home: Optional[Path] = HomeOption,
     title: str = typer.Option("orbitscope report", help="Report title."),
+    robustness: Optional[Path] = typer.Option(None, "--robustness", help="Output folder of 'orbitscope robust "
+                                              "compare' whose comparison (table and plot) joins the report."),
 ) -> None:
     """One self-contained HTML report (offline, no CDN) comparing the given runs."""
     from .report import write_report
     from .store import Store
 
+    sections = []
+    if robustness is not None:
+        fragment = robustness / "robustness_section.html"
+        if not fragment.is_file():
+            raise FileNotFoundError(f"{fragment} not found; run 'orbitscope robust compare -o {robustness}' first")
+        sections.append(fragment.read_text(encoding="utf-8"))
     store = Store(home, create=False)
     results = [store.load(r) for r in runs]
-    path = write_report(results, output, metric=metric, method=method, title=title)
+    path = write_report(results, output, metric=metric, method=method, title=title, extra_sections=sections)
     console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
