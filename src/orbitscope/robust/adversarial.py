@@ -226,8 +226,8 @@ def train_adversarial_model(
     """Train ``recipe``'s model (eval mode on return) and measure it on the held-out digits.
 
     ``info`` holds the recipe and key, training metrics, ``test_accuracy`` (clean, all test
-    images), ``pgd_test_accuracy`` (PGD-10 at the recipe's ε on the first ``n_eval_pgd`` test
-    images), data ids, the model hash and the torch version.
+    images), ``pgd_test_accuracy`` (PGD-10 at the recipe's ε on ``n_eval_pgd`` test images
+    spread evenly over the split), data ids, the model hash and the torch version.
     """
     old_threads = torch.get_num_threads()
     if num_threads is not None:
@@ -242,7 +242,8 @@ def train_adversarial_model(
         with torch.no_grad():
             clean = float((model(x).argmax(1) == y).float().mean())
         k = min(n_eval_pgd, len(x))
-        robust = pgd_accuracy(model, x[:k], y[:k], eps=recipe.eps, steps=10, seed=recipe.seed)
+        pick = torch.linspace(0, len(x) - 1, k).round().long()  # spread over the split (it is ordered by class)
+        robust = pgd_accuracy(model, x[pick], y[pick], eps=recipe.eps, steps=10, seed=recipe.seed)
     finally:
         torch.set_num_threads(old_threads)
     info = {
