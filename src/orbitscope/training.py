@@ -76,6 +76,7 @@ __all__ = [
     "train_reference_model",
     "cached_reference_model",
     "cache_path",
+    "load_or_train",
 ]
 
 logger = logging.getLogger(__name__)
@@ -455,18 +456,28 @@ def cached_reference_model(
     The returned ``info`` has ``"from_cache"`` set accordingly.
     """
     path = cache_path(recipe, cache_dir)
+    return load_or_train(path, recipe.key(), recipe.to_dict(), lambda: train_reference_model(recipe, progress=progress))
+
+
+def load_or_train(
+    path: Path, recipe_key: str, recipe: dict[str, Any], train: Callable[[], tuple[nn.Module, dict[str, Any]]]
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The model cached at ``path`` if its ``info["recipe_key"]`` is ``recipe_key``; otherwise
+    ``train()`` it and save it atomically there (the recipe and info as safetensors metadata).
+    An unreadable or mismatching file is retrained and replaced; ``info["from_cache"]`` says
+    which happened."""
     if path.is_file():
         try:
             meta = read_metadata(path)
             info = json.loads(meta["info"])
-            if info.get("recipe_key") != recipe.key():
-                raise ValueError(f"cache file is for recipe {info.get('recipe_key')}, not {recipe.key()}")
+            if info.get("recipe_key") != recipe_key:
+                raise ValueError(f"cache file is for recipe {info.get('recipe_key')}, not {recipe_key}")
             model = load_model(path)
             logger.info("loaded cached model %s", path)
             return model, {**info, "from_cache": True}
         except Exception as exc:  # noqa: BLE001 - any unusable cache entry is rebuilt
             logger.warning("ignoring unusable cache file %s (%s); retraining", path, exc)
-    model, info = train_reference_model(recipe, progress=progress)
-    save_model(model, path, metadata={"recipe": recipe.to_dict(), "info": info})
+    model, info = train()
+    save_model(model, path, metadata={"recipe": recipe, "info": info})
     logger.info("saved trained model to %s", path)
     return model, {**info, "from_cache": False}

@@ -38,9 +38,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..loading import load_model, read_metadata, save_model
 from ..models import build_model, default_config, model_hash
-from ..training import TrainRecipe, _derive_seed, training_data
+from ..training import TrainRecipe, _derive_seed, load_or_train, training_data
 
 __all__ = [
     "AdversarialRecipe",
@@ -289,17 +288,5 @@ def cached_adversarial_model(
     ``info["from_cache"]`` says which happened."""
     recipe = _recipe(recipe)
     path = adversarial_cache_path(recipe, cache_dir)
-    if path.is_file():
-        try:
-            info = json.loads(read_metadata(path)["info"])
-            if info.get("recipe_key") != recipe.key():
-                raise ValueError(f"cache file is for recipe {info.get('recipe_key')}, not {recipe.key()}")
-            model = load_model(path)
-            logger.info("loaded cached adversarial model %s", path)
-            return model, {**info, "from_cache": True}
-        except Exception as exc:  # noqa: BLE001 - any unusable cache entry is rebuilt
-            logger.warning("ignoring unusable cache file %s (%s); retraining", path, exc)
-    model, info = train_adversarial_model(recipe, progress=progress, n_eval_pgd=n_eval_pgd)
-    save_model(model, path, metadata={"recipe": recipe.to_dict(), "info": info})
-    logger.info("saved adversarially trained model to %s", path)
-    return model, {**info, "from_cache": False}
+    return load_or_train(path, recipe.key(), recipe.to_dict(),
+                         lambda: train_adversarial_model(recipe, progress=progress, n_eval_pgd=n_eval_pgd))
