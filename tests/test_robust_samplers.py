@@ -187,18 +187,3 @@ def test_product_composes_semantic_factors_in_one_warp_then_adds_noise() -> None
     assert str(prod) == "rotation:20+scale:0.8:1.2+linf:0.05"
     with pytest.raises(ValueError):
         ProductSampler([rot])
-
-
-def test_fast_paired_warp_equals_warp_images_on_a_mixed_batch() -> None:
-    """Exact elements (90°, integer shifts, identity, brightness only) and general ones together."""
-    from orbitscope.robust.samplers import _paired_warp
-    from orbitscope.transforms import rotation_matrix
-
-    angles = np.array([0.0, 90.0, 12.5, 0.0, -30.0, 180.0, 0.0, 7.0])
-    shift = np.array([[0, 0], [0, 0], [0, 0], [2, -1], [0.5, 0], [0, 0], [0, 0], [1, 1]], dtype=float)
-    gain = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.3, 0.8])
-    t = Transforms.create(8, linear=rotation_matrix(angles), shift=shift, gain=gain)
-    x = torch.rand(8, 2, 10, 10, generator=gen(0))
-    for interpolation, padding in (("bilinear", "zeros"), ("nearest", "border"), ("bicubic", "reflection")):
-        expected = warp_images(x, t, layout="paired", interpolation=interpolation, padding=padding)
-        assert torch.equal(_paired_warp(x, t, interpolation, padding), expected)

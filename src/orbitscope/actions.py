@@ -84,23 +84,25 @@ def _theta(t: Transforms, height: int, width: int) -> np.ndarray:
 def _exact_sources(t: Transforms, height: int, width: int) -> list[tuple[Tensor, Tensor] | None]:
     """Per element: integer source (rows, cols) when the warp maps pixel centres onto pixel
     centres (e.g. 90° rotations of square images, integer shifts), else None."""
-    out: list[tuple[Tensor, Tensor] | None] = []
-    if t.dim != 2:
-        return [None] * len(t)
+    out: list[tuple[Tensor, Tensor] | None] = [None] * len(t)
+    if t.dim != 2 or len(t) == 0:
+        return out
+    # vectorised pre-check: only signed permutation matrices (det ±1, integer entries) can be exact
+    lin_all = np.asarray(t.linear)
+    integer = np.isclose(np.abs(lin_all), np.round(np.abs(lin_all)), atol=1e-12).all(axis=(1, 2))
+    unit = np.abs(np.abs(np.linalg.det(lin_all)) - 1) <= 1e-9
+    candidates = np.flatnonzero(integer & unit)
+    if len(candidates) == 0:
+        return out
     ys, xs = np.meshgrid(np.arange(height) + 0.5 - height / 2, np.arange(width) + 0.5 - width / 2, indexing="ij")
     pts = np.stack([xs.ravel(), ys.ravel()])  # (2, H*W)
-    for k in range(len(t)):
+    for k in candidates:
         lin = t.linear[k]
-        if not np.all(np.isclose(np.abs(lin), np.round(np.abs(lin)), atol=1e-12)) or abs(abs(np.linalg.det(lin)) - 1) > 1e-9:
-            out.append(None)
-            continue
         src = np.linalg.inv(np.round(lin)) @ (pts - t.shift[k][:, None])
         col = src[0] + width / 2 - 0.5
         row = src[1] + height / 2 - 0.5
-        if not (np.allclose(col, np.round(col), atol=1e-9) and np.allclose(row, np.round(row), atol=1e-9)):
-            out.append(None)
-            continue
-        out.append((torch.from_numpy(np.round(row).astype(np.int64)), torch.from_numpy(np.round(col).astype(np.int64))))
+        if np.allclose(col, np.round(col), atol=1e-9) and np.allclose(row, np.round(row), atol=1e-9):
+            out[k] = (torch.from_numpy(np.round(row).astype(np.int64)), torch.from_numpy(np.round(col).astype(np.int64)))
     return out
 
 

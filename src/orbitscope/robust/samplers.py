@@ -15,9 +15,8 @@ Families (CLI spelling in brackets; numbers may be fractions such as ``8/255``):
   Clipping moves mass onto the faces of the cube, so x' is uniform in the ball only where the
   ball lies inside [0, 1]^d.
 * :class:`GaussianNoise` (``gaussian:SIGMA``): ``x + N(0, σ²)`` per value, clipped to [0, 1].
-* Semantic, random group elements applied as :func:`orbitscope.actions.warp_images` does
-  (``layout="paired"``, bilinear, zero padding by default; elements that cannot map pixel
-  centres onto pixel centres skip warp_images' per-element exactness check):
+* Semantic, random group elements applied with :func:`orbitscope.actions.warp_images`
+  (``layout="paired"``, bilinear, zero padding by default):
   :class:`RandomRotation` (``rotation:THETA``, angle ~ U[−θ, θ] degrees, CCW as displayed),
   :class:`RandomShift` (``shift:S`` integer pixels uniform in {−S, …, S} per axis, or
   ``shift:S:continuous`` for U[−S, S]; +x right, +y down), :class:`RandomScale`
@@ -42,9 +41,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-import torch.nn.functional as F
 
-from ..actions import _photometric, _theta, warp_images
+from ..actions import warp_images
 from ..transforms import Transforms, rotation_matrix
 
 __all__ = [
@@ -252,7 +250,7 @@ class SemanticSampler(PerturbationSampler):
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         self._prepare(x, generator)
         t = self.elements(x.shape[0], generator, x.device)
-        return _paired_warp(x, t, self.interpolation, self.padding)
+        return warp_images(x, t, layout="paired", interpolation=self.interpolation, padding=self.padding)  # type: ignore[arg-type]
 
     def _warp_spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -261,36 +259,6 @@ class SemanticSampler(PerturbationSampler):
         if self.padding != "zeros":
             out["padding"] = self.padding
         return out
-
-
-def _paired_warp(x: Tensor, t: Transforms, interpolation: str, padding: str) -> Tensor:
-    """``warp_images(x, t, layout="paired")``, without its per-element exactness check for the
-    elements that cannot be exact (non-integer linear part or shift: almost every random element).
-
-    Those go straight to one ``grid_sample`` with warp_images' own matrices and photometric step
-    (identical numbers); the others (integer shifts, identities) go through warp_images.
-    """
-    lin, shift = t.linear, t.shift
-    candidate = np.all(np.abs(lin - np.round(lin)) < 1e-9, axis=(1, 2)) & np.all(np.abs(shift - np.round(shift)) < 1e-9, axis=1)
-    if candidate.all():
-        return warp_images(x, t, layout="paired", interpolation=interpolation, padding=padding)  # type: ignore[arg-type]
-    h, w = x.shape[-2:]
-    general = np.flatnonzero(~candidate)
-    tg = t[general]
-    theta = torch.as_tensor(_theta(tg, h, w), dtype=x.dtype, device=x.device)
-    grid = F.affine_grid(theta, [len(general), 1, h, w], align_corners=False)
-    idx = torch.as_tensor(general, device=x.device)
-    warped = F.grid_sample(x[idx], grid, mode=interpolation, padding_mode=padding, align_corners=False)
-    if interpolation == "bicubic":
-        warped = warped.clamp(0.0, 1.0)
-    out = torch.empty_like(x)
-    out[idx] = _photometric(warped, tg, "paired", True)
-    if candidate.any():
-        exact = np.flatnonzero(candidate)
-        out[torch.as_tensor(exact, device=x.device)] = warp_images(
-            x[torch.as_tensor(exact, device=x.device)], t[exact], layout="paired",
-            interpolation=interpolation, padding=padding)  # type: ignore[arg-type]
-    return out
 
 
 def _draw(b: int, lo: float, hi: float, generator: torch.Generator | None, device: torch.device) -> np.ndarray:
@@ -431,7 +399,8 @@ class ProductSampler(PerturbationSampler):
             for e in elements[1:]:
                 t = t.compose(e)
             first = self.semantic[0]
-            out = _paired_warp(x, t, first.interpolation, first.padding)
+            out = warp_images(x, t, layout="paired", interpolation=first.interpolation,  # type: ignore[arg-type]
+                              padding=first.padding)
         for f in self.pixel:
             out = f.sample(out, generator)
         return out
