@@ -162,3 +162,9 @@ def test_zoo_cli_list_show_and_label(tiny_db, tmp_path):
     assert bad.exit_code == 2 and "error:" in bad.output
     unknown = runner.invoke(app, ["zoo", "train", "--family", "nope", "--n", "1", "--home", str(tiny_db)])
     assert unknown.exit_code == 2 and "unknown family" in unknown.output
+
+
+def test_read_only_commands_do_not_create_a_store(tmp_path):
+    home = tmp_path / "nothing-here"
+    res = runner.invoke(app, ["zoo", "list", "--home", str(home)])
+    assert res.exit_code == 2 and "zoo train" in res.output and not home.exists()

@@ -61,7 +61,7 @@ def zoo_list(
     """List the models of the database with provenance, metrics and labels."""
     from .modeldb import ModelDatabase
 
-    db = ModelDatabase(home)
+    db = ModelDatabase(home, create=False)
     models = db.models(family)
     table = Table(title=f"model database in {db.store.home}: {len(models)} models")
     table.add_column("model", no_wrap=True)
@@ -88,7 +88,7 @@ def zoo_show(
     """Print a model's provenance, metrics and labels, and write its matrix panel."""
     from .modeldb import ModelDatabase
 
-    db = ModelDatabase(home)
+    db = ModelDatabase(home, create=False)
     m = db.get(model_id)
     path = _write_panel(db, m, output)
     console.print(f"[bold]{m.model_id}[/] (family {m.family})")
@@ -127,7 +127,7 @@ def zoo_label(
     """
     from .modeldb import LABELS, ModelDatabase
 
-    db = ModelDatabase(home)
+    db = ModelDatabase(home, create=False)
     if label is not None and label not in LABELS:
         raise ValueError(f"--as must be one of {LABELS}, got {label!r}")
     chosen = [db.get(mid) for mid in models] if models else [
@@ -186,7 +186,7 @@ def zoo_evaluate(
     from .modeldb import ModelDatabase
 
     source, who = _parse_labels(labels)
-    data = assessment_data(ModelDatabase(home), labels=source, labeller=who, borderline=borderline)
+    data = assessment_data(ModelDatabase(home, create=False), labels=source, labeller=who, borderline=borderline)
     fams = sorted(set(data.families.tolist()))
     console.print(f"{data.n_models} labelled models ({int(data.y.sum())} invariant) in {len(fams)} families: "
                   f"{', '.join(fams)}; labels: {data.label_source}")
@@ -222,7 +222,7 @@ def zoo_fit(
     from .assess.pipeline import assessment_data, fit_assessor
     from .modeldb import ModelDatabase
 
-    db = ModelDatabase(home)
+    db = ModelDatabase(home, create=False)
     source, who = _parse_labels(labels)
     data = assessment_data(db, labels=source, labeller=who, borderline=borderline)
     bundle = fit_assessor(data, assessor, seed=seed)
@@ -262,7 +262,7 @@ def assess_command(
     from .matrix_plots import save_panel
     from .modeldb import ModelDatabase
 
-    path = assessor or ModelDatabase(home).zoo_dir / "assessors" / "default.joblib"
+    path = assessor or ModelDatabase(home, create=False).zoo_dir / "assessors" / "default.joblib"
     if not path.is_file():
         raise FileNotFoundError(f"no assessor at {path}; build a zoo and train one: 'orbitscope zoo train --family "
                                 "mnist-small --n 60' then 'orbitscope zoo fit'")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .matrices import VarianceMatrices
-from .store import Store, StoreError, open_store
+from .store import Store, StoreError
 
 __all__ = ["LABELS", "LABEL_SOURCES", "ZooModel", "Label", "ModelDatabase"]
 
@@ -94,10 +94,18 @@ class ZooModel:
 
 
 class ModelDatabase:
-    """Access to the model tables of a store (created on first use)."""
+    """Access to the model tables of a store (created on first use).
 
-    def __init__(self, store: Store | str | Path | None = None) -> None:
-        self.store = open_store(store)
+    ``create=False`` refuses a missing store (for read-only commands) instead of creating one."""
+
+    def __init__(self, store: Store | str | Path | None = None, *, create: bool = True) -> None:
+        try:
+            self.store = store if isinstance(store, Store) else Store(store, create=create)
+        except StoreError as exc:
+            if create:
+                raise
+            raise StoreError(f"{exc}; to start a model database, build a zoo: "
+                             "'orbitscope zoo train --family mnist-small --n 60'") from exc
         with self.store.connection() as con:
             con.executescript(_SCHEMA)
 
@@ -157,7 +165,8 @@ class ModelDatabase:
             if m.model_id == model_id:
                 return m
         known = ", ".join(m.model_id for m in self.models()[:8])
-        raise StoreError(f"no model {model_id!r} in the model database at {self.store.home} (e.g. {known})")
+        hint = f" (e.g. {known})" if known else "; it is empty: build a zoo with 'orbitscope zoo train'"
+        raise StoreError(f"no model {model_id!r} in the model database at {self.store.home}{hint}")
 
     def families(self) -> dict[str, int]:
         """Family name -> number of models."""
