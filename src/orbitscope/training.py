@@ -77,6 +77,7 @@ __all__ = [
     "cached_reference_model",
     "cache_path",
     "load_or_train",
+    "fit_epochs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -296,20 +297,45 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
     shuffle_gen = torch.Generator().manual_seed(_derive_seed(recipe.seed, "shuffle"))
     aug_gen = torch.Generator().manual_seed(_derive_seed(recipe.seed, "augmentation"))
     loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
+
+    def augment(images: Tensor, labels: Tensor) -> Tensor:
+        if recipe.augmentation == "none":
+            return images
+        angles = sample_angles(recipe.augmentation, len(labels), generator=aug_gen, max_angle=recipe.max_angle,
+                               min_angle=recipe.min_angle)
+        return _rotate(images, angles)
+
+    return fit_epochs(model, loader, epochs=recipe.epochs, lr=recipe.lr, batch_inputs=augment, progress=progress)
+
+
+def fit_epochs(
+    model: nn.Module,
+    loader: DataLoader,
+    *,
+    epochs: int,
+    lr: float,
+    batch_inputs: Callable[[Tensor, Tensor], Tensor],
+    progress: ProgressFn | None = None,
+    what: str = "train",
+) -> dict[str, Any]:
+    """Adam + cross-entropy over ``epochs`` passes of ``loader``; the model trains on
+    ``batch_inputs(images, labels)`` of each batch (augmented images, adversarial examples, …;
+    called before the batch moves to the model's device). Leaves the model in eval mode.
+
+    Returns ``{"final_train_loss", "train_accuracy" (last epoch, on the trained-on inputs),
+    "loss_history", "epochs", "n_samples", "train_seconds"}``.
+    """
     device = _device_of(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     history: list[float] = []
     correct = seen = 0
     t0 = time.perf_counter()
     model.train()
-    for epoch in range(1, recipe.epochs + 1):
+    for epoch in range(1, epochs + 1):
         total, correct, seen = 0.0, 0, 0
         for images, labels in loader:
-            if recipe.augmentation != "none":
-                angles = sample_angles(recipe.augmentation, len(labels), generator=aug_gen, max_angle=recipe.max_angle,
-                                       min_angle=recipe.min_angle)
-                images = _rotate(images, angles)
+            images = batch_inputs(images, labels)
             images, labels = images.to(device), labels.to(device)
             optimizer.zero_grad(set_to_none=True)
             logits = model(images)
@@ -322,15 +348,15 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
         if seen == 0:
             raise ValueError("training dataset is empty")
         history.append(total / seen)
-        logger.info("epoch %d/%d: train loss %.4f, accuracy %.4f", epoch, recipe.epochs, history[-1], correct / seen)
+        logger.info("%s epoch %d/%d: loss %.4f, accuracy %.4f", what, epoch, epochs, history[-1], correct / seen)
         if progress is not None:
-            progress(epoch, recipe.epochs, history[-1])
+            progress(epoch, epochs, history[-1])
     model.eval()
     return {
         "final_train_loss": history[-1],
         "train_accuracy": correct / seen,
         "loss_history": history,
-        "epochs": recipe.epochs,
+        "epochs": epochs,
         "n_samples": seen,
         "train_seconds": time.perf_counter() - t0,
     }

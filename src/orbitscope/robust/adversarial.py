@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from ..models import build_model, default_config, model_hash
-from ..training import TrainRecipe, _derive_seed, load_or_train, training_data
+from ..training import TrainRecipe, _derive_seed, fit_epochs, load_or_train, training_data
 
 __all__ = [
     "AdversarialRecipe",
@@ -183,40 +182,21 @@ def _train(model: nn.Module, dataset: Dataset, recipe: AdversarialRecipe, progre
     shuffle_gen = torch.Generator().manual_seed(_derive_seed(recipe.seed, "shuffle"))
     loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
     device = _device_of(model)
-    optimizer = torch.optim.Adam(model.parameters(), lr=recipe.lr)
-    loss_fn = nn.CrossEntropyLoss()
     atk = ta.PGD(model, eps=recipe.eps, alpha=recipe.step_size, steps=recipe.steps, random_start=True)
-    per_epoch = len(loader)
-    warmup = recipe.warmup_epochs * per_epoch
-    history: list[float] = []
-    correct = seen = step = 0
-    t0 = time.perf_counter()
-    model.train()
-    for epoch in range(1, recipe.epochs + 1):
-        total, correct, seen = 0.0, 0, 0
-        for images, labels in loader:
-            frac = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
-            atk.eps, atk.alpha = recipe.eps * frac, recipe.step_size * frac  # type: ignore[operator]
-            images, labels = images.to(device), labels.to(device)
-            adv = atk(images, labels)  # eval mode inside, training mode restored
-            optimizer.zero_grad(set_to_none=True)
-            logits = model(adv)
-            loss = loss_fn(logits, labels)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(labels)
-            correct += int((logits.detach().argmax(1) == labels).sum())
-            seen += len(labels)
-            step += 1
-        history.append(total / seen)
-        logger.info("adversarial epoch %d/%d: loss %.4f, adversarial train accuracy %.4f", epoch, recipe.epochs,
-                    history[-1], correct / seen)
-        if progress is not None:
-            progress(epoch, recipe.epochs, history[-1])
-    model.eval()
-    return {"final_train_loss": history[-1], "adversarial_train_accuracy": correct / max(seen, 1),
-            "loss_history": history, "epochs": recipe.epochs, "n_samples": seen,
-            "train_seconds": time.perf_counter() - t0}
+    warmup = recipe.warmup_epochs * len(loader)
+    step = 0
+
+    def adversarial(images: Tensor, labels: Tensor) -> Tensor:
+        nonlocal step
+        frac = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+        atk.eps, atk.alpha = recipe.eps * frac, recipe.step_size * frac  # type: ignore[operator]
+        step += 1
+        return atk(images.to(device), labels.to(device))  # eval mode inside, training mode restored
+
+    metrics = fit_epochs(model, loader, epochs=recipe.epochs, lr=recipe.lr, batch_inputs=adversarial,
+                         progress=progress, what="adversarial")
+    metrics["adversarial_train_accuracy"] = metrics.pop("train_accuracy")
+    return metrics
 
 
 def train_adversarial_model(
