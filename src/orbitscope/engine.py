@@ -262,10 +262,9 @@ def evaluate(
         raise ValueError(f"the engine evaluates image inputs; task {task.kind!r} needs {task.input_kind!r}")
     if batch_size < 1 or forward_batch < 1:
         raise ValueError("batch_size and forward_batch must be >= 1")
-    if device is None:
-        param = next(iter(model.parameters()), None)
-        device = param.device if param is not None else torch.device("cpu")
-    device = torch.device(device)
+    from .models import eval_mode, model_device
+
+    device = torch.device(device) if device is not None else model_device(model)
     source = _Source(data, batch_size, data_id)
     transforms = orbit.transforms()
     if transforms.dim != 2:
@@ -279,11 +278,7 @@ def evaluate(
         probe = activations if isinstance(activations, ActivationProbe) else ActivationProbe(tuple(activations))
         probe = probe.resolve(model)
 
-    from .models import set_eval_mode
-
-    modes = {m: m.training for m in model.modules()}  # restored exactly, per submodule
-    set_eval_mode(model)
-    try:
+    with eval_mode(model):  # each submodule's mode is restored exactly afterwards
         mhash, mid = _model_identity(model)
         run_model: nn.Module = model
         if optimize:
@@ -389,9 +384,6 @@ def evaluate(
             raise DataError("the dataset is empty: nothing to evaluate")
         attrs.update(run_id=run_id, run_name=name, status="complete", n_samples=done)
         return Run(assemble_result(layout, parts, np.concatenate(samples), attrs), run_id, None)
-    finally:
-        for module, mode in modes.items():
-            module.training = mode
 
 
 def _evaluate_chunk(

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,6 +37,8 @@ __all__ = [
     "optimize_for_inference",
     "model_hash",
     "set_eval_mode",
+    "eval_mode",
+    "model_device",
 ]
 
 logger = logging.getLogger(__name__)
@@ -295,6 +298,25 @@ def _fold_in_place(module: nn.Module) -> int:
                 module._modules[b] = nn.Identity()
                 n += 1
     return n
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (CPU for a parameter-free model)."""
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put ``model`` in eval mode (:func:`set_eval_mode`) for the block, then restore every
+    submodule's own ``training`` flag exactly (a caller may have mixed modes on purpose)."""
+    modes = {m: m.training for m in model.modules()}
+    set_eval_mode(model)
+    try:
+        yield model
+    finally:
+        for module, mode in modes.items():
+            module.training = mode
 
 
 def set_eval_mode(model: nn.Module) -> nn.Module:

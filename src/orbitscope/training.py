@@ -58,7 +58,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from .loading import load_model, read_metadata, save_model
-from .models import build_model, default_config, model_hash
+from .models import build_model, default_config, model_device, model_hash
 
 __all__ = [
     "AUGMENTATIONS",
@@ -238,11 +238,6 @@ def sample_angles(
     raise ValueError(f"augmentation must be one of {AUGMENTATIONS}, got {augmentation!r}")
 
 
-def _device_of(model: nn.Module) -> torch.device:
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
 def _rotate(images: Tensor, angles: Tensor) -> Tensor:
     from .actions import rotate_images  # imported lazily: keeps this module importable on its own
 
@@ -325,7 +320,7 @@ def fit_epochs(
     Returns ``{"final_train_loss", "train_accuracy" (last epoch, on the trained-on inputs),
     "loss_history", "epochs", "n_samples", "train_seconds"}``.
     """
-    device = _device_of(model)
+    device = model_device(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     history: list[float] = []
@@ -368,7 +363,7 @@ def evaluate_accuracy(
 ) -> float:
     """Top-1 accuracy (fraction) of ``model`` (eval mode) on ``dataset`` rotated by ``angle_deg``."""
     model.eval()
-    device = _device_of(model)
+    device = model_device(model)
     correct = seen = 0
     for images, labels in DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0):
         if angle_deg != 0.0:

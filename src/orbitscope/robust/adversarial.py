@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..models import build_model, default_config, model_hash
+from ..models import build_model, default_config, model_device, model_hash
 from ..training import TrainRecipe, _derive_seed, fit_epochs, load_or_train, training_data
 
 __all__ = [
@@ -146,11 +146,6 @@ def _require_torchattacks() -> Any:
     return torchattacks
 
 
-def _device_of(model: nn.Module) -> torch.device:
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
-
-
 def pgd_accuracy(
     model: nn.Module, images: Tensor, labels: Tensor, *, eps: float, steps: int = 10, step_size: float | None = None,
     batch_size: int = 256, seed: int = 0,
@@ -163,7 +158,7 @@ def pgd_accuracy(
     ta = _require_torchattacks()
     if len(images) == 0:
         raise ValueError("no images to attack")
-    device = _device_of(model)
+    device = model_device(model)
     atk = ta.PGD(model, eps=eps, alpha=step_size if step_size is not None else 2.5 * eps / steps, steps=steps,
                  random_start=True)
     correct = 0
@@ -181,7 +176,7 @@ def _train(model: nn.Module, dataset: Dataset, recipe: AdversarialRecipe, progre
     ta = _require_torchattacks()
     shuffle_gen = torch.Generator().manual_seed(_derive_seed(recipe.seed, "shuffle"))
     loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
-    device = _device_of(model)
+    device = model_device(model)
     atk = ta.PGD(model, eps=recipe.eps, alpha=recipe.step_size, steps=recipe.steps, random_start=True)
     warmup = recipe.warmup_epochs * len(loader)
     step = 0

@@ -650,10 +650,9 @@ def certify(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if device is None:
-        param = next(iter(model.parameters()), None)
-        device = param.device if param is not None else torch.device("cpu")
-    device = torch.device(device)
+    from ..models import eval_mode, model_device
+
+    device = torch.device(device) if device is not None else model_device(model)
     norm = _normalizer(normalize, device)
 
     def forward(x: Tensor) -> Tensor:
@@ -663,14 +662,7 @@ def certify(
             raise ModelError(f"the model failed on a batch of perturbed inputs of shape {tuple(x.shape)} "
                              f"(B, C, H, W): {exc}") from exc
 
-    from ..models import set_eval_mode
-
-    modes = {m: m.training for m in model.modules()}
-    set_eval_mode(model)
-    try:
+    with eval_mode(model):
         return certify_forward(forward, data, sampler, test=test, kappa=kappa, alpha=alpha, budget=budget,
                                label_free=label_free, batch_size=batch_size, max_active=max_active, device=device,
                                seed=seed, return_counterexamples=return_counterexamples, progress=progress)
-    finally:
-        for module, mode in modes.items():
-            module.training = mode

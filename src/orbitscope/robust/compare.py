@@ -279,7 +279,7 @@ def compare_robustness(
             predictions up to float rounding; faster on CPU).
         status: called with a line before each step; ``progress`` is passed to each certify.
     """
-    from ..models import optimize_for_inference, set_eval_mode
+    from ..models import eval_mode, optimize_for_inference
 
     tests = list(tests) if tests is not None else list_tests()
     unknown = set(tests) - set(list_tests())
@@ -297,9 +297,7 @@ def compare_robustness(
     say = status or (lambda msg: None)
     rows: list[dict[str, Any]] = []
     for name, model in models.items():
-        modes = {m: m.training for m in model.modules()}
-        set_eval_mode(model)
-        try:
+        with eval_mode(model):
             fast = optimize_for_inference(model) if optimize else model
             with torch.inference_mode():
                 pred = torch.cat([fast(x[s : s + batch_size]).argmax(1) for s in range(0, len(x), batch_size)])
@@ -326,9 +324,6 @@ def compare_robustness(
                         f"{t}_seconds": time.perf_counter() - t0,
                     })
                 rows.append(row)
-        finally:
-            for module, mode in modes.items():
-                module.training = mode
     settings = {"kappa": kappa, "alpha": alpha, "budget": budget, "quantize": quantize, "pgd_steps": pgd_steps,
                 "seed": seed, "n_inputs": int(len(x)), "data": data_id, "tests": tests}
     return RobustnessComparison(rows, tests, settings)
