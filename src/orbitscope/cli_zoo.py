@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.markup import escape
@@ -16,6 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .cli import HomeOption, _friendly_errors, console, err_console
+
+if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
+    from .modeldb import ModelDatabase, ZooModel
 
 zoo_app = typer.Typer(help="Model zoos and the model database for ML4ML assessors.", no_args_is_help=True)
 
@@ -99,14 +102,13 @@ def zoo_show(
     console.print(f"matrix panel: {path}")
 
 
-def _write_panel(db: object, m: object, output: Path | None) -> Path:
+def _write_panel(db: ModelDatabase, m: ZooModel, output: Path | None) -> Path:
     from .matrix_plots import save_panel
 
-    path = output or db.zoo_dir / "panels" / f"{m.model_id}.png"  # type: ignore[attr-defined]
-    p = m.provenance  # type: ignore[attr-defined]
-    title = (f"{m.model_id}: augmentation {p['relation']}, accuracy at identity "  # type: ignore[attr-defined]
-             f"{m.metrics['accuracy_identity']:.2f}")  # type: ignore[attr-defined]
-    return save_panel(m.load_matrices(), path, title=title)  # type: ignore[attr-defined]
+    path = output or db.zoo_dir / "panels" / f"{m.model_id}.png"
+    title = (f"{m.model_id}: augmentation {m.provenance['relation']}, accuracy at identity "
+             f"{m.metrics['accuracy_identity']:.2f}")
+    return save_panel(m.load_matrices(), path, title=title)
 
 
 @zoo_app.command("label")
@@ -164,8 +166,8 @@ def _parse_labels(labels: str) -> tuple[str, str | None]:
     return source, (who or None)
 
 
-def _default_bundle_path(db: object, name: str, labels: str) -> Path:
-    return db.zoo_dir / "assessors" / f"{name}-{labels.replace(':', '-')}.joblib"  # type: ignore[attr-defined]
+def _default_bundle_path(db: ModelDatabase, name: str, labels: str) -> Path:
+    return db.zoo_dir / "assessors" / f"{name}-{labels.replace(':', '-')}.joblib"
 
 
 @zoo_app.command("evaluate")

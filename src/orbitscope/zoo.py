@@ -335,8 +335,9 @@ def build_family(
     db = ModelDatabase(store)
     home = db.store.home
     indices = range(start, start + n)
-    todo = [i for i in indices if not db.has_model(member_recipe(fam, i).name)]
-    skipped = [member_recipe(fam, i).name for i in indices if i not in todo]
+    names = {i: member_recipe(fam, i).name for i in indices}
+    todo = [i for i in indices if not db.has_model(names[i])]
+    skipped = [names[i] for i in indices if i not in todo]
     built: list[str] = []
     failed: dict[str, str] = {}
     t0 = time.perf_counter()
@@ -346,7 +347,7 @@ def build_family(
 
     def finish(index: int, row: dict[str, Any] | None, err: BaseException | None) -> None:
         nonlocal done
-        name = member_recipe(fam, index).name
+        name = names[index]
         if err is not None:
             failed[name] = f"{type(err).__name__}: {err}"
             log.warning("zoo member %s failed: %s", name, err)
