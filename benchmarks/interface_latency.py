@@ -37,7 +37,7 @@ from threadpoolctl import threadpool_limits
 import orbitscope as osc
 from orbitscope.app import AppData, Event
 from orbitscope.app import callbacks as cb
-from orbitscope.store import Store
+from orbitscope.results.store import Store
 
 ANGLES = np.arange(0.0, 361.0, 5.0)
 

@@ -34,7 +34,7 @@ import torch
 from PIL import Image
 
 import orbitscope as osc
-from orbitscope.data import mnist_subset
+from orbitscope.data.datasets import mnist_subset
 from orbitscope.models import ReferenceCNN
 
 ANGLES = np.arange(0.0, 361.0, 5.0)
@@ -90,7 +90,7 @@ def naive_path(model: torch.nn.Module, data, n_digits: int) -> float:
 _MEMORY_CHILD = """
 import json, sys, tempfile, torch
 import orbitscope as osc
-from orbitscope.data import fashion_mnist
+from orbitscope.data.datasets import fashion_mnist
 sys.path.insert(0, {bench_dir!r})
 from orbit_throughput import make_model, _status_mb
 n = int(sys.argv[1])

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from orbitscope.actions import (
+from orbitscope.kinds.actions import (
     act,
     list_kinds,
     rotate_images,
@@ -16,7 +16,7 @@ from orbitscope.actions import (
     transform_points,
     warp_images,
 )
-from orbitscope.groups import (
+from orbitscope.group.orbits import (
     Brightness,
     Contrast,
     Rotation,

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from orbitscope.app import create_app, make_server
-from orbitscope.ranking import rank_samples
-from orbitscope.store import Store
+from orbitscope.analysis.ranking import rank_samples
+from orbitscope.results.store import Store
 
 from test_app_callbacks import ANGLES, build_store
 

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 import orbitscope as osc
 from orbitscope.app import AppData, Event, Selection, bind_warning, create_app
 from orbitscope.app import callbacks as cb
-from orbitscope.consensus import with_consensus
-from orbitscope.ranking import rank_samples
-from orbitscope.result import aggregate
-from orbitscope.store import Store
+from orbitscope.analysis.consensus import with_consensus
+from orbitscope.analysis.ranking import rank_samples
+from orbitscope.results.result import aggregate
+from orbitscope.results.store import Store
 
 from helpers import CentroidNet, TinyNet
 

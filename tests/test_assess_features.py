@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from orbitscope.assess.features import FEATURE_NAMES, matrix_features, model_features, sensitivity
-from orbitscope.matrices import variance_matrix
+from orbitscope.ml4ml.assess.features import FEATURE_NAMES, matrix_features, model_features, sensitivity
+from orbitscope.ml4ml.matrices import variance_matrix
 
 # --------------------------------------------------------------------------- brute-force references
 # Written with explicit loops, independently of the vectorised implementation.

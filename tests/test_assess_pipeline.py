@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from orbitscope import zoo
-from orbitscope.assess import AssessorBundle, model_features
-from orbitscope.assess.pipeline import (
+from orbitscope.ml4ml import zoo
+from orbitscope.ml4ml.assess import AssessorBundle, model_features
+from orbitscope.ml4ml.assess.pipeline import (
     CANONICAL_MATRICES,
     assess_model,
     assessment_data,
@@ -17,8 +17,8 @@ from orbitscope.assess.pipeline import (
     fit_assessor,
 )
 from orbitscope.cli import app
-from orbitscope.loading import load_model
-from orbitscope.modeldb import ModelDatabase
+from orbitscope.models.loading import load_model
+from orbitscope.ml4ml.modeldb import ModelDatabase
 
 runner = CliRunner()
 
@@ -122,8 +122,8 @@ def test_cli_evaluate_fit_and_assess(home, tmp_path):
 
 
 def test_ml4ml_demo_end_to_end(tmp_path):
-    from orbitscope.ml4ml_demo import run_ml4ml_demo
-    from orbitscope.training import TrainRecipe
+    from orbitscope.demos.ml4ml import run_ml4ml_demo
+    from orbitscope.training.recipes import TrainRecipe
 
     fams = tuple(dataclasses.replace(f, name=f.name + "d", accuracy_floor=0.0) for f in (FAMILY_A, FAMILY_B))
     judged = {"upright": TrainRecipe(name="j-up", arch=FAMILY_A.arch, n_train=200, epochs=1, batch_size=64)}

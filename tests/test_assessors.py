@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from orbitscope.assess.assessors import (
+from orbitscope.ml4ml.assess.assessors import (
     ASSESSORS,
     BASELINES,
     AccuracyDropBaseline,
@@ -21,8 +21,8 @@ from orbitscope.assess.assessors import (
     feature_importances,
     stack_matrices,
 )
-from orbitscope.matrices import variance_matrix
-from orbitscope.assess.validation import cross_validate_by_family, family_folds
+from orbitscope.ml4ml.matrices import variance_matrix
+from orbitscope.ml4ml.assess.validation import cross_validate_by_family, family_folds
 
 # --------------------------------------------------------------------------- synthetic databases
 

@@ -10,10 +10,10 @@ from matplotlib.collections import PolyCollection, QuadMesh
 from typer.testing import CliRunner
 
 import orbitscope as osc
-from orbitscope import demo as demo_mod
+from orbitscope.demos import mnist as demo_mod
 from orbitscope.cli import app
-from orbitscope.loading import save_model
-from orbitscope.plot import MODEL_COLOURS, nero_plot, save_figure
+from orbitscope.models.loading import save_model
+from orbitscope.viz.plot import MODEL_COLOURS, nero_plot, save_figure
 
 from helpers import TinyNet
 

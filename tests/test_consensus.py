@@ -1,4 +1,4 @@
-"""Tests for orbitscope.consensus (label-free NERO consensus and invariance measures).
+"""Tests for orbitscope.analysis.consensus (label-free NERO consensus and invariance measures).
 
 Every quantity is compared with an independent numpy/scipy computation written here on a real
 evaluation (30 MNIST digits × Rotation(0..360 by 30°), whose grid lists 0° and 360° both).
@@ -15,16 +15,16 @@ from scipy.special import rel_entr
 from torch import nn
 
 from orbitscope import Classification, Rotation, Rotation90, Translation, aggregate, evaluate
-from orbitscope.consensus import (
+from orbitscope.analysis.consensus import (
     adjacent_pairs,
     consensus_probabilities,
     consensus_scores,
     invariance_measures,
     with_consensus,
 )
-from orbitscope.data import mnist_subset
-from orbitscope.equivariant import P4CNN, symmetrize
-from orbitscope.result import OrbitResult
+from orbitscope.data.datasets import mnist_subset
+from orbitscope.models.equivariant import P4CNN, symmetrize
+from orbitscope.results.result import OrbitResult
 
 from helpers import CentroidNet
 

@@ -1,4 +1,4 @@
-"""Tests for orbitscope.data (IDX reader, datasets, MNIST subset, image folders, specs)."""
+"""Tests for orbitscope.data.datasets (IDX reader, datasets, MNIST subset, image folders, specs)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from PIL import Image
 
 try:
-    from orbitscope import data as D
+    from orbitscope.data import datasets as D
 except ImportError:  # package not installed yet: use the src layout directly
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from orbitscope import data as D
+    from orbitscope.data import datasets as D
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 

@@ -5,8 +5,8 @@ import csv
 import numpy as np
 
 import orbitscope as osc
-from orbitscope.demo import SYMMETRIZED, DemoCase, run_demo
-from orbitscope.training import TrainRecipe
+from orbitscope.demos.mnist import SYMMETRIZED, DemoCase, run_demo
+from orbitscope.training.recipes import TrainRecipe
 
 
 def test_mini_demo_trains_evaluates_and_writes_everything(tmp_path):

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import orbitscope as osc
 from orbitscope import Brightness, Classification, DataError, ModelError, Rotation, Rotation90, evaluate
-from orbitscope.data import ArrayDataset, mnist_subset
+from orbitscope.data.datasets import ArrayDataset, mnist_subset
 from orbitscope.models import ReferenceCNN
 
 from helpers import CentroidNet
@@ -755,7 +755,7 @@ def test_labels_and_inputs_are_stored_per_sample(tmp_path):
 
 def test_torch_export_models_evaluate_like_the_original(tmp_path):
     """torch.export graphs refuse .eval(); the engine must still run them (found by a newcomer)."""
-    from orbitscope.loading import load_user_model
+    from orbitscope.models.loading import load_user_model
 
     data = mnist_subset("test").subset(range(12))
     model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 26 * 26, 10)).eval()

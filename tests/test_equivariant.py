@@ -1,4 +1,4 @@
-"""Tests for orbitscope.equivariant: p4 group convolutions, P4CNN invariance, group averaging.
+"""Tests for orbitscope.models.equivariant: p4 group convolutions, P4CNN invariance, group averaging.
 
 Equivariance laws are checked by explicit indexing (not through ``rotate_p4``) and every
 invariance claim is paired with a check that fails for a transformation outside the group.
@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from orbitscope import Classification, Rotation, Rotation90, Translation, evaluate, load_model, save_model
-from orbitscope.actions import warp_images
-from orbitscope.data import mnist_subset
-from orbitscope.equivariant import (
+from orbitscope.kinds.actions import warp_images
+from orbitscope.data.datasets import mnist_subset
+from orbitscope.models.equivariant import (
     P4CNN,
     P4GroupConv,
     P4LiftingConv,
@@ -24,8 +24,8 @@ from orbitscope.equivariant import (
     rotate_p4,
     symmetrize,
 )
-from orbitscope.transforms import check_closed, unique_elements
-from orbitscope.groups import Product, Scale
+from orbitscope.group.elements import check_closed, unique_elements
+from orbitscope.group.orbits import Product, Scale
 from orbitscope.models import ReferenceCNN, build_model, list_models
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation as SciRotation
 
-from orbitscope.groups import (
+from orbitscope.group.orbits import (
     Brightness,
     Contrast,
     Product,

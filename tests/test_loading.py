@@ -1,4 +1,4 @@
-"""Tests for orbitscope.loading: safetensors round trips, user models (factory, TorchScript, torch.export)."""
+"""Tests for orbitscope.models.loading: safetensors round trips, user models (factory, TorchScript, torch.export)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from orbitscope.loading import (
+from orbitscope.models.loading import (
     StateDictMismatchError,
     describe_model,
     load_model,

@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from orbitscope import evaluate
-from orbitscope.actions import rotate_images
-from orbitscope.activations import STATS, ActivationProbe, activation_stats
-from orbitscope.groups import Rotation, parse_orbit
-from orbitscope.matrices import VarianceMatrices, ml4ml_signals, read_signals, variance_matrices, variance_matrix
-from orbitscope.matrix_plots import CONFIDENCE_VMAX, display_matrix, matrix_figure, matrix_panel
+from orbitscope.kinds.actions import rotate_images
+from orbitscope.engine.activations import STATS, ActivationProbe, activation_stats
+from orbitscope.group.orbits import Rotation, parse_orbit
+from orbitscope.ml4ml.matrices import VarianceMatrices, ml4ml_signals, read_signals, variance_matrices, variance_matrix
+from orbitscope.ml4ml.matrix_plots import CONFIDENCE_VMAX, display_matrix, matrix_figure, matrix_panel
 from orbitscope.models import SmallCNN
-from orbitscope.store import Store
+from orbitscope.results.store import Store
 
 
 def _numpy_stats(a: np.ndarray) -> dict[str, np.ndarray]:

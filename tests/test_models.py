@@ -1,4 +1,4 @@
-"""Tests for orbitscope.models (reference CNN, registry, BN folding, hashing) and orbitscope.training."""
+"""Tests for orbitscope.models.reference (reference CNN, registry, BN folding, hashing) and orbitscope.training.recipes."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from orbitscope.models import (
     model_hash,
     optimize_for_inference,
 )
-from orbitscope.training import (
+from orbitscope.training.recipes import (
     RECIPES,
     TrainRecipe,
     cache_path,
@@ -189,7 +189,7 @@ def test_model_hash_stable_and_sensitive() -> None:
 def test_model_hash_same_in_fresh_process() -> None:
     code = (
         "import torch; from orbitscope.models import ReferenceCNN, model_hash; "
-        "from orbitscope.training import TrainRecipe; "
+        "from orbitscope.training.recipes import TrainRecipe; "
         "torch.manual_seed(0); print(model_hash(ReferenceCNN())); print(TrainRecipe(seed=3).key())"
     )
     out = subprocess.run(
@@ -239,7 +239,7 @@ def test_sample_angles_distributions() -> None:
 
 @pytest.fixture(scope="module")
 def mnist() -> tuple[object, object]:
-    from orbitscope.data import mnist_subset
+    from orbitscope.data.datasets import mnist_subset
 
     return mnist_subset("train"), mnist_subset("test")
 
@@ -278,9 +278,9 @@ def test_short_training_beats_chance(mnist: tuple) -> None:
 
 
 def test_cached_reference_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import orbitscope.training as training
+    import orbitscope.training.recipes as training
 
-    from orbitscope.data import mnist_subset
+    from orbitscope.data.datasets import mnist_subset
 
     calls = []
     real = training.train_reference_model
@@ -292,7 +292,7 @@ def test_cached_reference_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(training, "train_reference_model", counting)
     # training on 4000 images with the tiny net would take a few seconds: shrink the data
     full = mnist_subset("train")
-    monkeypatch.setattr("orbitscope.data.mnist_subset",
+    monkeypatch.setattr("orbitscope.data.datasets.mnist_subset",
                         lambda split="train", seed=0: full.subset(np.arange(0, 4000, 20)) if split == "train"
                         else mnist_subset("test").subset(np.arange(0, 1000, 10)))
     recipe = TrainRecipe(name="tiny", arch=TINY, epochs=1, batch_size=32)

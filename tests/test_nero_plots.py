@@ -7,9 +7,9 @@ from matplotlib.collections import QuadMesh
 from scipy import stats
 
 import orbitscope as osc
-from orbitscope.interactive import figure_html, render_plotly
-from orbitscope.nero import MODEL_COLOURS, class_subset, layout_kind, prepare_aggregate, prepare_individual
-from orbitscope.plot import individual_plot, render
+from orbitscope.viz.interactive import figure_html, render_plotly
+from orbitscope.analysis.nero import MODEL_COLOURS, class_subset, layout_kind, prepare_aggregate, prepare_individual
+from orbitscope.viz.plot import individual_plot, render
 
 from helpers import TinyNet
 
@@ -138,7 +138,7 @@ def test_incompatible_results_and_unknown_metric(digits):
 
 def test_per_sample_views_refuse_different_data_and_labels_stay_distinct(digits, tmp_path):
     """Found by a newcomer: runs on different datasets were overlaid sample by sample."""
-    from orbitscope.report import write_report
+    from orbitscope.viz.report import write_report
 
     a = _results(digits, osc.Rotation([0, 90]), n=1)[0]
     other = osc.evaluate(TinyNet(), osc.mnist_subset("train").stratified(4), osc.Rotation([0, 90])).result

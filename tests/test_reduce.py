@@ -1,4 +1,4 @@
-"""Tests for NERO's dimension-reduction view (:mod:`orbitscope.reduce`, :mod:`orbitscope.reduce_plots`).
+"""Tests for NERO's dimension-reduction view (:mod:`orbitscope.analysis.reduce`, :mod:`orbitscope.viz.reduce_plots`).
 
 Numbers are checked against independent computations written here: a direct SVD for PCA, plain
 numpy for orbit statistics, Python ``sorted`` with explicit tie keys for rankings, and the raw
@@ -15,7 +15,7 @@ import xarray as xr
 from matplotlib.collections import PathCollection
 
 import orbitscope as osc
-from orbitscope.reduce import (
+from orbitscope.analysis.reduce import (
     METHODS,
     embed,
     embed_models,
@@ -23,8 +23,8 @@ from orbitscope.reduce import (
     orbit_vectors,
     reducible_variables,
 )
-from orbitscope.ranking import rank_differences, rank_samples
-from orbitscope.reduce_plots import prepare_scatter, scatter_figure, scatter_plotly
+from orbitscope.analysis.ranking import rank_differences, rank_samples
+from orbitscope.viz.reduce_plots import prepare_scatter, scatter_figure, scatter_plotly
 
 from helpers import CentroidNet
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import orbitscope as osc
 from orbitscope.cli import app
-from orbitscope.report import non_equivariance, summary_rows, write_report
+from orbitscope.viz.report import non_equivariance, summary_rows, write_report
 
 from helpers import TinyNet
 

@@ -1,4 +1,4 @@
-"""Tests for results and their statistics (:mod:`orbitscope.result`).
+"""Tests for results and their statistics (:mod:`orbitscope.results.result`).
 
 Intervals are checked against closed forms written here (Wilson score formula and the roots of
 its defining quadratic; ``scipy.stats.t.interval``) and by coverage simulations; aggregates and
@@ -15,8 +15,8 @@ from scipy import stats
 from torch import nn
 
 from orbitscope import Rotation, Translation, aggregate, evaluate, wilson_interval
-from orbitscope.data import mnist_subset
-from orbitscope.result import OrbitResult, mean_interval
+from orbitscope.data.datasets import mnist_subset
+from orbitscope.results.result import OrbitResult, mean_interval
 
 from helpers import CentroidNet
 

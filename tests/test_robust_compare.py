@@ -12,8 +12,8 @@ from helpers import CentroidNet, TinyNet
 from typer.testing import CliRunner
 
 from orbitscope.cli import app
-from orbitscope.data import mnist_subset
-from orbitscope.loading import save_model
+from orbitscope.data.datasets import mnist_subset
+from orbitscope.models.loading import save_model
 from orbitscope.models import build_model, model_hash
 from orbitscope.robust.compare import RobustnessComparison, compare_robustness
 from orbitscope.robust.sequential import list_tests
@@ -86,9 +86,9 @@ def test_outputs_csv_png_html(comparison: RobustnessComparison, tmp_path) -> Non
 
 
 def test_section_in_the_nero_report(comparison: RobustnessComparison, digits, tmp_path) -> None:
-    from orbitscope.engine import evaluate
-    from orbitscope.groups import Rotation
-    from orbitscope.report import write_report
+    from orbitscope.engine.evaluate import evaluate
+    from orbitscope.group.orbits import Rotation
+    from orbitscope.viz.report import write_report
 
     run = evaluate(TinyNet(), digits, Rotation([0, 90, 180, 270]))
     section = comparison.html_section(png=b"png")
@@ -160,7 +160,7 @@ def test_adversarial_recipe_is_cached_and_deterministic(tmp_path) -> None:
     pytest.importorskip("torchattacks")
     from orbitscope.robust.adversarial import AdversarialRecipe, cached_adversarial_model
 
-    from orbitscope.training import training_data
+    from orbitscope.training.recipes import training_data
 
     recipe = AdversarialRecipe(name="pgd-tiny", arch=TINY_ARCH, n_train=300, epochs=1, batch_size=64, steps=1,
                                eps=0.1)
@@ -178,7 +178,7 @@ def test_adversarial_recipe_is_cached_and_deterministic(tmp_path) -> None:
 
 
 def test_cli_inputs_are_balanced_across_classes():
-    from orbitscope.robust.cli import balanced_inputs
+    from orbitscope.cli.robust import balanced_inputs
 
     labels = np.asarray(balanced_inputs("mnist-subset:test", 50).labels)
     assert np.bincount(labels).tolist() == [5] * 10  # the split is ordered by class: '@50' would be all zeros

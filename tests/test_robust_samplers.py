@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from orbitscope.actions import warp_images
+from orbitscope.kinds.actions import warp_images
 from orbitscope.robust.samplers import (
     GaussianNoise,
     L2Uniform,
@@ -23,7 +23,7 @@ from orbitscope.robust.samplers import (
     parse_perturbation,
     sampler_from_spec,
 )
-from orbitscope.transforms import Transforms
+from orbitscope.group.elements import Transforms
 
 
 def gen(seed: int = 0) -> torch.Generator:

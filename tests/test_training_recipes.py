@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from orbitscope.data import fashion_mnist
-from orbitscope.equivariant import P4CNN
-from orbitscope.training import (
+from orbitscope.data.datasets import fashion_mnist
+from orbitscope.models.equivariant import P4CNN
+from orbitscope.training.recipes import (
     DATASETS,
     EXTRA_RECIPES,
     RECIPES,

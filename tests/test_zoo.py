@@ -8,13 +8,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from orbitscope import zoo
+from orbitscope.ml4ml import zoo
 from orbitscope.cli import app
-from orbitscope.data import mnist_subset
-from orbitscope.matrices import variance_matrix
-from orbitscope.modeldb import ModelDatabase
-from orbitscope.store import StoreError
-from orbitscope.training import TrainRecipe, sample_angles, with_defects
+from orbitscope.data.datasets import mnist_subset
+from orbitscope.ml4ml.matrices import variance_matrix
+from orbitscope.ml4ml.modeldb import ModelDatabase
+from orbitscope.results.store import StoreError
+from orbitscope.training.recipes import TrainRecipe, sample_angles, with_defects
 
 runner = CliRunner()
 

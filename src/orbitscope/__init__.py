@@ -11,12 +11,12 @@ Quick tour::
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .actions import act, list_kinds, rotate_images, warp_images
-from .consensus import consensus_scores, invariance_measures, with_consensus
-from .data import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
-from .equivariant import P4CNN, symmetrize
-from .engine import DataError, ModelError, Run, evaluate
-from .groups import (
+from .kinds.actions import act, list_kinds, rotate_images, warp_images
+from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
+from .data.datasets import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
+from .models.equivariant import P4CNN, symmetrize
+from .engine.evaluate import DataError, ModelError, Run, evaluate
+from .group.orbits import (
     Brightness,
     Contrast,
     Orbit,
@@ -31,16 +31,16 @@ from .groups import (
     orbit_from_spec,
     parse_orbit,
 )
-from .activations import ActivationProbe
-from .loading import load_model, load_user_model, save_model
-from .matrices import VarianceMatrices, variance_matrices, variance_matrix
-from .matrix_plots import matrix_figure, matrix_panel
-from .modeldb import ModelDatabase
-from .models import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
-from .result import OrbitResult, aggregate, wilson_interval
-from .store import Store, StoreError
-from .tasks import Classification, Task
-from .training import TrainRecipe, cached_reference_model, train_classifier
+from .engine.activations import ActivationProbe
+from .models.loading import load_model, load_user_model, save_model
+from .ml4ml.matrices import VarianceMatrices, variance_matrices, variance_matrix
+from .ml4ml.matrix_plots import matrix_figure, matrix_panel
+from .ml4ml.modeldb import ModelDatabase
+from .models.reference import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
+from .results.result import OrbitResult, aggregate, wilson_interval
+from .results.store import Store, StoreError
+from .tasks.base import Classification, Task
+from .training.recipes import TrainRecipe, cached_reference_model, train_classifier
 
 __all__ = [
     "ActivationProbe",

@@ -15,10 +15,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..interactive import render_plotly
-from ..nero import METRICS, NeroData, prepare_aggregate, prepare_individual
-from ..reduce import METHODS
-from ..reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
+from ..viz.interactive import render_plotly
+from ..analysis.nero import METRICS, NeroData, prepare_aggregate, prepare_individual
+from ..analysis.reduce import METHODS
+from ..viz.reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
 from .data import MAX_MODELS, AppData, AppError, Context
 from .state import (
     COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
@@ -193,7 +193,7 @@ def _metric_label(metric: str) -> str:
 
 
 def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[Selection, Context], NeroData]) -> dict[str, Any]:
-    """A NERO plot of the current selection, drawn by :func:`orbitscope.interactive.render_plotly`
+    """A NERO plot of the current selection, drawn by :func:`orbitscope.viz.interactive.render_plotly`
     and cached per (data, sample, element); a message figure when nothing can be drawn."""
     try:
         sel, ctx = _context_of(data, selection)
@@ -279,7 +279,7 @@ def _scatter_base(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[s
 
 
 def _highlighted(base: dict[str, Any], position: int, sample: int) -> dict[str, Any]:
-    """``base`` with one point marked the way :func:`orbitscope.reduce_plots.scatter_plotly`
+    """``base`` with one point marked the way :func:`orbitscope.viz.reduce_plots.scatter_plotly`
     marks highlights (larger, ringed, annotated with its sample id), without rebuilding it."""
     trace = dict(base["data"][0])
     n = len(trace["customdata"])

@@ -29,11 +29,11 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 from torch import nn
 
-from ..nero import MODEL_COLOURS
-from ..ranking import Ranking, rank_differences, rank_samples
-from ..reduce import METHODS, Embedding, embed, orbit_statistic
-from ..result import OrbitResult
-from ..store import RunRecord, Store, StoreError
+from ..analysis.nero import MODEL_COLOURS
+from ..analysis.ranking import Ranking, rank_differences, rank_samples
+from ..analysis.reduce import METHODS, Embedding, embed, orbit_statistic
+from ..results.result import OrbitResult
+from ..results.store import RunRecord, Store, StoreError
 from .state import Selection
 from .views import TaskView, view_for
 
@@ -251,7 +251,7 @@ class AppData:
             return res
 
         def add_consensus() -> OrbitResult:
-            from ..consensus import with_consensus
+            from ..analysis.consensus import with_consensus
 
             try:
                 return with_consensus(res)
@@ -366,7 +366,7 @@ class AppData:
             taken, index = self._models_index
             if time.monotonic() - taken < max(self.ttl, 10.0):
                 return index
-        from ..loading import read_metadata
+        from ..models.loading import read_metadata
 
         index = {}
         for path in sorted((self.home / "models").glob("*.safetensors")):
@@ -393,8 +393,8 @@ class AppData:
             return None
 
         def load() -> nn.Module | None:
-            from ..loading import load_model
-            from ..models import model_hash
+            from ..models.loading import load_model
+            from ..models.reference import model_hash
 
             try:
                 model = load_model(path)

@@ -14,7 +14,7 @@ from typing import Any
 
 from dash import dcc, html
 
-from ..reduce import METHODS
+from ..analysis.reduce import METHODS
 from .data import MAX_MODELS, AppData, AppError
 from .callbacks import N_LIVE
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import dash
 from dash import ALL, Input, Output, State, html, no_update
 
-from ..store import Store
+from ..results.store import Store
 from . import callbacks as cb
 from .data import MAX_MODELS, AppData
 from .layout import (
@@ -159,7 +159,7 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
 
 
 def _colour(i: int) -> str:
-    from ..nero import MODEL_COLOURS
+    from ..analysis.nero import MODEL_COLOURS
 
     return MODEL_COLOURS[i % len(MODEL_COLOURS)]
 
@@ -168,7 +168,7 @@ def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | No
     """The Dash app on the store at ``home`` (which must exist: it is never created).
 
     Raises:
-        orbitscope.store.StoreError: no store at ``home``.
+        orbitscope.results.store.StoreError: no store at ``home``.
     """
     data = data or AppData(Store(home, create=False))
     app = dash.Dash(__name__, title="orbitscope", update_title=None, serve_locally=True)

@@ -1,7 +1,7 @@
 """Selection state of the web interface, and the pure functions that change it.
 
 The interface keeps one :class:`Selection` in the browser (a ``dcc.Store``): the run group, the
-compared runs (their order fixes their colours, :data:`orbitscope.nero.MODEL_COLOURS`), the
+compared runs (their order fixes their colours, :data:`orbitscope.analysis.nero.MODEL_COLOURS`), the
 metric, the class subset, the embedding method, the colouring statistic, the ranking criterion,
 label-free mode, the selected sample (its id, the result's ``sample`` coordinate) and the selected
 orbit element (a grid point, ``{dim: value}``). Every view is a function of this state; every
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..groups import Orbit, orbit_from_spec
+from ..group.orbits import Orbit, orbit_from_spec
 
 __all__ = [
     "COLOUR_STATS",
@@ -40,7 +40,7 @@ __all__ = [
     "step_rank",
 ]
 
-#: Orbit statistics the scatter can be coloured by (names of :func:`orbitscope.reduce.orbit_statistic`).
+#: Orbit statistics the scatter can be coloured by (names of :func:`orbitscope.analysis.reduce.orbit_statistic`).
 COLOUR_STATS = ("mean", "variance")
 #: Ranking criteria of the sliders: orbit mean (worst first), orbit variance (most variable
 #: first), or the orbit-mean difference to the other model (this model furthest behind first).
@@ -165,7 +165,7 @@ def element_from_click(click: Any, dims: Sequence[str]) -> dict[str, float] | No
     """Orbit element of a plotly click on a NERO plot, or None if the click carries none.
 
     Polar plots report ``theta`` (the ``angle`` dim), line plots ``x``, heatmaps ``x`` and ``y``
-    (first and second orbit dim), as :mod:`orbitscope.interactive` draws them.
+    (first and second orbit dim), as :mod:`orbitscope.viz.interactive` draws them.
     """
     try:
         point = click["points"][0]
@@ -196,7 +196,7 @@ def apply_event(sel: Selection, event: Event, rankings: Sequence[Any], coords: M
     Args:
         sel: the current selection (its controls already updated).
         event: the user action.
-        rankings: one :class:`orbitscope.ranking.Ranking` per compared run, over the samples
+        rankings: one :class:`orbitscope.analysis.ranking.Ranking` per compared run, over the samples
             currently shown (all, or the class subset); rank 1 first.
         coords: the orbit grid, ``{dim: values}``.
         default_element: the element selected when none is (e.g. the identity).

@@ -7,13 +7,13 @@ examples (``torchattacks.PGD``: random start in the ε-box, ``steps`` signed-gra
 torchattacks does) and the model takes an Adam step on their cross-entropy. ε ramps linearly
 from 0 over the first ``warmup_epochs`` (per batch), which lets a small CNN trained from scratch
 leave the trivial solution at large ε. Defaults: ε = 0.2, 5 steps of 2.5·ε/5, 4 epochs on the
-4,000 training digits of :func:`orbitscope.data.mnist_subset`, with a narrower reference CNN
+4,000 training digits of :func:`orbitscope.data.datasets.mnist_subset`, with a narrower reference CNN
 (widths 8, 8, 16, 16, 32, 32; hidden 64) than the plain recipes to keep training near a
 minute or two on one CPU thread.
 
 Determinism: ``torch.manual_seed(seed)`` before building the model (initialisation and PGD's
 random starts use the global generator), a separate seeded generator shuffles; training runs on
-one intra-op thread. Models are cached like :func:`orbitscope.training.cached_reference_model`:
+one intra-op thread. Models are cached like :func:`orbitscope.training.recipes.cached_reference_model`:
 ``<cache_dir>/<name>-<key>.safetensors`` with the recipe and training info in the metadata;
 the default cache dir is ``<$ORBITSCOPE_HOME or ./orbitscope-runs>/models``.
 
@@ -37,8 +37,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..models import build_model, default_config, model_device, model_hash
-from ..training import TrainRecipe, _derive_seed, fit_epochs, load_or_train, training_data
+from ..models.reference import default_config, model_device, model_hash
+from ..models.registry import build_model
+from ..training.recipes import TrainRecipe, _derive_seed, fit_epochs, load_or_train, training_data
 
 __all__ = [
     "AdversarialRecipe",
@@ -66,7 +67,7 @@ class AdversarialRecipe:
     Attributes:
         name: label in cache file names (``<name>-<key>.safetensors``).
         arch: model config for :func:`orbitscope.models.build_model`.
-        data: training data id (as :class:`orbitscope.training.TrainRecipe`).
+        data: training data id (as :class:`orbitscope.training.recipes.TrainRecipe`).
         n_train: first ``n_train`` training images (None: all 4,000 of the MNIST subset).
         epochs, lr, batch_size, seed: Adam training as in the reference recipes.
         eps: L∞ radius of the training attack (pixel values in [0, 1]).
@@ -122,7 +123,7 @@ class AdversarialRecipe:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def data_recipe(self) -> TrainRecipe:
-        """The plain recipe with the same data (for :func:`orbitscope.training.training_data`)."""
+        """The plain recipe with the same data (for :func:`orbitscope.training.recipes.training_data`)."""
         return TrainRecipe(name=self.name, arch=self.arch, data=self.data, n_train=self.n_train)
 
 
@@ -132,7 +133,7 @@ ADVERSARIAL_RECIPES: dict[str, AdversarialRecipe] = {"pgd": AdversarialRecipe()}
 
 def default_cache_dir() -> Path:
     """``<$ORBITSCOPE_HOME or ./orbitscope-runs>/models`` (where the demo caches its models)."""
-    from ..store import default_home
+    from ..results.store import default_home
 
     return default_home() / "models"
 

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..engine import DataError, ModelError, _normalizer, _prepare_images, _Source
+from ..engine.evaluate import DataError, ModelError, _normalizer, _prepare_images, _Source
 from .samplers import PerturbationSampler, parse_perturbation
 from .sequential import DEFAULT_TEST, NOT_ROBUST, ROBUST, UNDECIDED, RobustnessTest, default_budget, make_test
 
@@ -650,7 +650,7 @@ def certify(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    from ..models import eval_mode, model_device
+    from ..models.reference import eval_mode, model_device
 
     device = torch.device(device) if device is not None else model_device(model)
     norm = _normalizer(normalize, device)

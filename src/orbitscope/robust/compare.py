@@ -12,7 +12,7 @@ weaker requirement than worst-case robustness: certified probabilistic accuracy 
 exceed PGD accuracy, most of all for models that were not trained adversarially.
 
 Results: :class:`RobustnessComparison` (rows as dicts, CSV, a matplotlib figure, an HTML section
-for :func:`orbitscope.report.write_report` or a standalone page).
+for :func:`orbitscope.viz.report.write_report` or a standalone page).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..engine import DataError
+from ..engine.evaluate import DataError
 from .certify import certify
 from .samplers import LinfUniform, PerturbationSampler, RandomRotation
 from .sequential import list_tests
@@ -191,7 +191,7 @@ class RobustnessComparison:
 
     def write_html(self, path: str | Path, title: str = "orbitscope robustness report") -> Path:
         """A standalone, offline HTML page holding :meth:`html_section`."""
-        from ..report import _CSS
+        from ..viz.report import _CSS
 
         p = Path(path)
         if p.suffix.lower() not in (".html", ".htm"):
@@ -279,7 +279,7 @@ def compare_robustness(
             predictions up to float rounding; faster on CPU).
         status: called with a line before each step; ``progress`` is passed to each certify.
     """
-    from ..models import eval_mode, optimize_for_inference
+    from ..models.reference import eval_mode, optimize_for_inference
 
     tests = list(tests) if tests is not None else list_tests()
     unknown = set(tests) - set(list_tests())
@@ -335,13 +335,13 @@ def reference_models(
 ) -> dict[str, nn.Module]:
     """The reference MNIST models by recipe name, trained on first use and cached.
 
-    Names from :func:`orbitscope.training.all_recipes` (e.g. ``plain``, ``uniform``) use
-    :func:`~orbitscope.training.cached_reference_model`; ``pgd`` the adversarial recipe
+    Names from :func:`orbitscope.training.recipes.all_recipes` (e.g. ``plain``, ``uniform``) use
+    :func:`~orbitscope.training.recipes.cached_reference_model`; ``pgd`` the adversarial recipe
     (:func:`~.adversarial.cached_adversarial_model`). ``cache_dir`` defaults to
     ``<$ORBITSCOPE_HOME or ./orbitscope-runs>/models``.
     """
     from .adversarial import ADVERSARIAL_RECIPES, adversarial_cache_path, cached_adversarial_model, default_cache_dir
-    from ..training import all_recipes, cache_path, cached_reference_model
+    from ..training.recipes import all_recipes, cache_path, cached_reference_model
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     recipes = all_recipes()

@@ -15,7 +15,7 @@ Families (CLI spelling in brackets; numbers may be fractions such as ``8/255``):
   Clipping moves mass onto the faces of the cube, so x' is uniform in the ball only where the
   ball lies inside [0, 1]^d.
 * :class:`GaussianNoise` (``gaussian:SIGMA``): ``x + N(0, σ²)`` per value, clipped to [0, 1].
-* Semantic, random group elements applied with :func:`orbitscope.actions.warp_images`
+* Semantic, random group elements applied with :func:`orbitscope.kinds.actions.warp_images`
   (``layout="paired"``, bilinear, zero padding by default):
   :class:`RandomRotation` (``rotation:THETA``, angle ~ U[−θ, θ] degrees, CCW as displayed),
   :class:`RandomShift` (``shift:S`` integer pixels uniform in {−S, …, S} per axis, or
@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 
 
-from ..actions import warp_images
-from ..transforms import Transforms, rotation_matrix
+from ..kinds.actions import warp_images
+from ..group.elements import Transforms, rotation_matrix
 
 __all__ = [
     "PerturbationSampler",
@@ -233,7 +233,7 @@ class GaussianNoise(PixelSampler):
 
 
 class SemanticSampler(PerturbationSampler):
-    """Random group elements acting on images through :func:`~orbitscope.actions.warp_images`.
+    """Random group elements acting on images through :func:`~orbitscope.kinds.actions.warp_images`.
 
     Subclasses implement :meth:`elements` (B random :class:`Transforms`); :meth:`sample` applies
     them with ``layout="paired"`` (row i gets element i).

@@ -19,9 +19,9 @@ import numpy as np
 from dash import html
 from torch import nn
 
-from ...groups import Orbit
-from ...reduce import LOWER_IS_BETTER, reducible_variables
-from ...result import OrbitResult
+from ...group.orbits import Orbit
+from ...analysis.reduce import LOWER_IS_BETTER, reducible_variables
+from ...results.result import OrbitResult
 
 __all__ = ["DetailRequest", "TaskView", "register_view", "view_for"]
 

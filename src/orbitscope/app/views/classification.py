@@ -24,12 +24,12 @@ from dash import dcc, html
 from PIL import Image
 from torch import nn
 
-from ...actions import warp_images
-from ...groups import Orbit
-from ...nero import METRICS
-from ...reduce import reducible_variables
-from ...result import OrbitResult
-from ...tasks import Classification
+from ...kinds.actions import warp_images
+from ...group.orbits import Orbit
+from ...analysis.nero import METRICS
+from ...analysis.reduce import reducible_variables
+from ...results.result import OrbitResult
+from ...tasks.base import Classification
 from . import DetailRequest, TaskView, register_view
 
 __all__ = ["ClassificationView", "transformed_input", "png_data_uri"]

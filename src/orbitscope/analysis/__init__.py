@@ -1,0 +1,1 @@
+"""Analysis of stored results: NERO plot data, consensus, dimension reduction, rankings."""

@@ -1,0 +1,250 @@
+"""NERO plot data, prepared once and rendered by any view (static or interactive).
+
+NERO (Zhao et al., arXiv 2305.19889): the *individual* NERO plot of a sample x is
+N_x(g) = m(f(g·x), g∘y) over the sampled group; the *aggregate* plot is its mean over a dataset
+or a subset (e.g. one class). :func:`prepare_aggregate` and :func:`prepare_individual` turn
+stored results into a :class:`NeroData` (values, bands, layout, labels, colours, marker);
+:mod:`orbitscope.viz.plot` renders it with matplotlib and :mod:`orbitscope.viz.interactive` with plotly,
+so both show the same numbers.
+
+Layouts follow the orbit's topology: one ``angle`` dim -> polar; two dims -> heatmap; one other
+dim -> line.
+"""
+
+from __future__ import annotations
+
+from ..errors import NotFoundError
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import xarray as xr
+
+from ..results.result import OrbitResult, aggregate, check_same_orbit
+
+__all__ = [
+    "METRICS",
+    "MODEL_COLOURS",
+    "NeroSeries",
+    "NeroData",
+    "metric_result",
+    "class_subset",
+    "check_same_samples",
+    "prepare_aggregate",
+    "prepare_individual",
+    "layout_kind",
+]
+
+#: Consistent model colours (colour-blind-safe Okabe–Ito order), by position in a comparison.
+MODEL_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+
+#: Metric name -> (label, bounded to [0, 1]).
+METRICS: dict[str, tuple[str, bool]] = {
+    "correct": ("accuracy", True),
+    "confidence": ("true-class confidence", True),
+    "top1_confidence": ("top-1 confidence", True),
+    "entropy": ("entropy (nats)", False),
+    "consensus_agreement": ("agreement with consensus", True),
+    "consensus_confidence": ("confidence in the consensus class", True),
+    "kl_to_consensus": ("KL divergence to consensus (nats)", False),
+    "tv_to_consensus": ("total variation to consensus", True),
+}
+_CONSENSUS = {"consensus_agreement", "consensus_confidence", "kl_to_consensus", "tv_to_consensus"}
+
+
+@dataclass
+class NeroSeries:
+    """One model's curve/surface: ``values`` over the orbit shape, optional band."""
+
+    label: str
+    colour: str
+    values: np.ndarray
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+
+
+@dataclass
+class NeroData:
+    """Everything a view needs to draw one NERO plot."""
+
+    kind: str  # "polar" | "heatmap" | "line"
+    scope: str  # "aggregate" | "individual"
+    metric: str
+    metric_label: str
+    dims: tuple[str, ...]
+    coords: dict[str, np.ndarray]
+    series: list[NeroSeries]
+    value_range: tuple[float, float] | None
+    title: str
+    band_method: str | None = None
+    marker: dict[str, float] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def marker_index(self) -> tuple[int, ...] | None:
+        """Index of the orbit element nearest to ``marker`` (None if no marker)."""
+        if self.marker is None:
+            return None
+        missing = set(self.dims) - set(self.marker)
+        if missing:
+            raise ValueError(f"marker must give a value for every orbit dim; missing {sorted(missing)}")
+        return tuple(int(np.argmin(np.abs(self.coords[d] - float(self.marker[d])))) for d in self.dims)
+
+
+def layout_kind(dims: Sequence[str]) -> str:
+    """The NERO layout for an orbit's dims."""
+    if len(dims) == 1:
+        return "polar" if dims[0] == "angle" else "line"
+    if len(dims) == 2:
+        return "heatmap"
+    raise ValueError(f"no NERO layout for {len(dims)}-D orbits {tuple(dims)}; select a 1-D or 2-D slice first")
+
+
+def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
+    """``result`` itself if it records ``metric``, else with the consensus variables added."""
+    if metric in result.data:
+        return result
+    if metric in _CONSENSUS:
+        from .consensus import with_consensus
+
+        return with_consensus(result)
+    known = sorted(set(METRICS) | {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
+    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(known)}")
+
+
+def class_subset(result: OrbitResult, cls: int) -> np.ndarray:
+    """Boolean mask of the samples whose label is ``cls`` (needs the stored ``label``)."""
+    if "label" not in result.data:
+        raise ValueError("this result has no stored labels; re-run the evaluation with orbitscope >= 0.1")
+    return np.asarray(result.data["label"].values == cls)
+
+
+def _labels(results: Sequence[OrbitResult], labels: Sequence[str] | None) -> list[str]:
+    if labels is not None:
+        if len(labels) != len(results):
+            raise ValueError(f"got {len(labels)} labels for {len(results)} results")
+        return list(labels)
+    names = [str(r.attrs.get("run_name") or r.attrs.get("model_name") or f"model {i}") for i, r in enumerate(results)]
+    if len(set(names)) < len(names):  # e.g. two runs of the same class: tell them apart by run id
+        names = [f"{n} ({str(r.attrs.get('run_id', i))[:6]})" for i, (n, r) in enumerate(zip(names, results))]
+    return names
+
+
+def _check_dims(results: Sequence[OrbitResult]) -> tuple[str, ...]:
+    if not results:
+        raise ValueError("nothing to plot: give at least one result")
+    for r in results[1:]:
+        check_same_orbit(results[0], r)
+    return results[0].orbit_dims
+
+
+def check_same_samples(results: Sequence[OrbitResult]) -> None:
+    """Per-sample comparisons (individual plots, rankings across models) need the same data:
+    raise ValueError unless every result has the first one's data id and sample ids."""
+    first = results[0]
+    for r in results[1:]:
+        if r.attrs.get("data_id") != first.attrs.get("data_id") or not np.array_equal(
+            r.data["sample"].values, first.data["sample"].values
+        ):
+            raise ValueError(
+                f"runs {first.attrs.get('run_id', '?')} and {r.attrs.get('run_id', '?')} were evaluated on different "
+                f"data ({first.attrs.get('data_id')} vs {r.attrs.get('data_id')}): per-sample views need the same samples"
+            )
+
+
+def _value_range(metric: str, series: list[NeroSeries]) -> tuple[float, float] | None:
+    bounded = METRICS.get(metric, ("", False))[1]
+    if bounded:
+        return (0.0, 1.0)
+    arrays = [s.values for s in series] + [s.upper for s in series if s.upper is not None]
+    finite = np.concatenate([np.ravel(a)[np.isfinite(np.ravel(a))] for a in arrays])
+    if finite.size == 0:
+        return None
+    lo, hi = float(finite.min()), float(finite.max())
+    return (min(0.0, lo), hi if hi > lo else lo + 1.0)
+
+
+def _as_list(results: OrbitResult | Sequence[OrbitResult]) -> list[OrbitResult]:
+    return [results] if isinstance(results, OrbitResult) else list(results)
+
+
+def prepare_aggregate(
+    results: OrbitResult | Sequence[OrbitResult],
+    metric: str = "correct",
+    *,
+    labels: Sequence[str] | None = None,
+    subset: Any = None,
+    level: float = 0.95,
+    marker: dict[str, float] | None = None,
+    title: str | None = None,
+) -> NeroData:
+    """Aggregate NERO plot data: the mean of ``metric`` over samples with a confidence band.
+
+    Args:
+        results: models to compare over the same orbit (colours by position).
+        metric: a recorded variable or a consensus metric (see :data:`METRICS`).
+        labels: legend entries (default: run or model names).
+        subset: samples to average over: None (all), a class index (``int``, uses the stored
+            labels), or a boolean mask / index array.
+        level: confidence level of the band (Wilson for binary metrics, Student-t for means).
+        marker: a selected orbit element, e.g. ``{"angle": 90}``.
+    """
+    results = _as_list(results)
+    dims = _check_dims(results)
+    names = _labels(results, labels)
+    series, method = [], None
+    for i, (res, name) in enumerate(zip(results, names)):
+        mres = metric_result(res, metric)
+        mask = class_subset(mres, subset) if isinstance(subset, (int, np.integer)) else subset
+        if mask is not None and np.asarray(mask).dtype == bool and not np.asarray(mask).any():
+            raise ValueError(f"the subset {subset!r} selects no samples (classes present: "
+                             f"{sorted(set(np.asarray(mres.data['label'].values).tolist())) if 'label' in mres.data else '?'})")
+        agg = aggregate(mres, metric, level=level, subset=mask)
+        method = agg.attrs["method"]
+        series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,
+                                 agg["lower"].values, agg["upper"].values))
+    label = METRICS.get(metric, (metric, False))[0]
+    where = f", class {subset}" if isinstance(subset, (int, np.integer)) else ("" if subset is None else ", subset")
+    n = int(np.sum(subset)) if subset is not None and np.asarray(subset).dtype == bool else None
+    return NeroData(
+        kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
+        coords={d: results[0].data.coords[d].values.astype(float) for d in dims}, series=series,
+        value_range=_value_range(metric, series), title=title or f"aggregate NERO plot: {label}{where}",
+        band_method=method, marker=marker, info={"subset": None if subset is None else str(subset)[:40], "n": n},
+    )
+
+
+def prepare_individual(
+    results: OrbitResult | Sequence[OrbitResult],
+    sample: int,
+    metric: str = "confidence",
+    *,
+    labels: Sequence[str] | None = None,
+    marker: dict[str, float] | None = None,
+    title: str | None = None,
+) -> NeroData:
+    """Individual NERO plot data of one sample (by its ``sample`` coordinate) for each model."""
+    results = _as_list(results)
+    dims = _check_dims(results)
+    check_same_samples(results)
+    names = _labels(results, labels)
+    series = []
+    for i, (res, name) in enumerate(zip(results, names)):
+        mres = metric_result(res, metric)
+        try:
+            da: xr.DataArray = mres.data[metric].sel(sample=sample)
+        except KeyError:
+            raise NotFoundError(f"sample {sample} is not in run {res.attrs.get('run_id', '?')}") from None
+        series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], da.values.astype(float)))
+    label = METRICS.get(metric, (metric, False))[0]
+    info: dict[str, Any] = {"sample": int(sample)}
+    if "label" in results[0].data:
+        info["label"] = int(results[0].data["label"].sel(sample=sample))
+    return NeroData(
+        kind=layout_kind(dims), scope="individual", metric=metric, metric_label=label, dims=dims,
+        coords={d: results[0].data.coords[d].values.astype(float) for d in dims}, series=series,
+        value_range=_value_range(metric, series),
+        title=title or f"individual NERO plot: {label}, sample {sample}"
+        + (f" (label {info['label']})" if "label" in info else ""),
+        marker=marker, info=info,
+    )

@@ -1,0 +1,5 @@
+"""The ``orbitscope`` command line (typer)."""
+
+from .commands import app, main
+
+__all__ = ["app", "main"]

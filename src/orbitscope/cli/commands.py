@@ -1,0 +1,325 @@
+"""Command-line interface: ``orbitscope demo | evaluate | runs | plot | report | serve``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from .common import HomeOption, console, engine_progress, friendly_errors, parse_normalize, progress_bar
+
+app = typer.Typer(
+    help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+runs_app = typer.Typer(help="List and inspect the runs in a store.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+@app.command()
+@friendly_errors
+def evaluate(
+    model: str = typer.Option(..., "--model", help="'package.module:factory' (with --weights), a TorchScript or "
+                              "torch.export file, or an orbitscope .safetensors model file."),
+    data: str = typer.Option(..., "--data", help="mnist-subset[:train|test], fashion-mnist[:train|test], "
+                             "idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
+    orbit: str = typer.Option(..., "--orbit", help="e.g. rotation:0:360:5, shift:-8:8:2, scale:0.7:1.3:0.02, "
+                              "'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="safetensors or state-dict file for a factory."),
+    home: Optional[Path] = HomeOption,
+    name: Optional[str] = typer.Option(None, "--name", help="Run name (default: model class and orbit kind)."),
+    batch_size: int = typer.Option(256, help="Samples per chunk (unit of storage and resumption)."),
+    normalize: Optional[str] = typer.Option(None, help="Model input normalisation 'MEAN,…/STD,…', applied after the transform."),
+    device: str = typer.Option("cpu", help="Device for warping and the model, e.g. cpu or cuda."),
+    optimize: bool = typer.Option(False, help="Fold BatchNorm into convolutions and use channels_last."),
+    interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
+    padding: str = typer.Option("zeros", help="zeros, border or reflection."),
+    probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
+    force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
+) -> None:
+    """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
+    from ..data.datasets import parse_data_spec
+    from ..engine.evaluate import evaluate as run_evaluate
+    from ..group.orbits import parse_orbit
+    from ..models.loading import load_user_model
+    from ..results.store import Store
+    from ..tasks.base import Classification
+
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
+    orb = parse_orbit(orbit)
+    dataset = parse_data_spec(data)
+    if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
+        sys.path.insert(0, os.getcwd())
+    net = load_user_model(model, weights)
+    store = Store(home)
+    with progress_bar() as bar:
+        t0 = time.perf_counter()
+        run = run_evaluate(
+            net, dataset, orb, Classification(store_probabilities=probabilities), store=store, name=name,
+            model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
+            batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
+            interpolation=interpolation, padding=padding, resume=not force,
+            progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
+        )
+        elapsed = time.perf_counter() - t0
+    console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
+                  f"→ {store.home}")
+    _print_summary([run.result])
+
+
+def _print_summary(results: list[Any]) -> None:
+    table = Table(title="accuracy over the orbit")
+    table.add_column("run", no_wrap=True, min_width=16)
+    for col in ("model", "samples", "at identity", "orbit mean", "worst (where)"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        s = r.summary("correct")
+        ident = "—" if s["at_identity"] is None else f"{s['at_identity']:.3f}"
+        where = ", ".join(f"{k} {v:g}" for k, v in s["worst_at"].items())
+        table.add_row(str(r.attrs.get("run_id", "")), str(r.attrs.get("model_name", "")), str(s["n_samples"]),
+                      ident, f"{s['mean']:.3f}", f"{s['worst']:.3f} ({where})")
+    console.print(table)
+
+
+@runs_app.command("list")
+@friendly_errors
+def runs_list(home: Optional[Path] = HomeOption) -> None:
+    """List the runs in the store."""
+    from ..results.store import Store
+
+    store = Store(home, create=False)
+    table = Table(title=f"runs in {store.home}")
+    table.add_column("run id", no_wrap=True, min_width=16)
+    for col in ("name", "model", "data", "orbit", "status", "samples", "created"):
+        table.add_column(col, overflow="fold")
+    for rec in store.runs():
+        orbit = ", ".join(f"{k}×{len(v)}" for k, v in rec.layout.get("coords", {}).items()) or rec.orbit.get("kind", "")
+        done = rec.n_samples if rec.complete else f"{rec.chunks_done} chunks"
+        table.add_row(rec.run_id, rec.name, rec.model_id, rec.data_id, f"{rec.orbit.get('kind')} ({orbit})", rec.status,
+                      str(done), time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.created)))
+    console.print(table)
+
+
+@runs_app.command("show")
+@friendly_errors
+def runs_show(run: str = typer.Argument(..., help="Run id, unique id prefix, or run name."),
+              home: Optional[Path] = HomeOption) -> None:
+    """Show one run: provenance and headline numbers."""
+    from ..results.store import Store
+
+    store = Store(home, create=False)
+    rec = store.get_run(run)
+    console.print(f"[bold]{rec.run_id}[/]  {rec.name}  ({rec.status})")
+    for key in ("model_name", "model_hash", "model_class", "data_id", "interpolation", "padding", "normalize", "seed",
+                "created", "device"):
+        console.print(f"  {key:14s} {rec.attrs.get(key)}")
+    console.print(f"  {'orbit':14s} {json.dumps(rec.orbit)[:200]}")
+    console.print(f"  {'task':14s} {json.dumps(rec.task)}")
+    console.print(f"  {'versions':14s} {json.dumps(rec.attrs.get('versions'))}")
+    result = store.load(rec.run_id, allow_partial=not rec.complete)
+    if result.n_samples:
+        _print_summary([result])
+
+
+def _parse_marker(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    try:
+        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise ValueError(f"--marker must look like 'angle=90' or 'tx=4,ty=-8', got {text!r}") from None
+
+
+@app.command()
+@friendly_errors
+def plot(
+    runs: list[str] = typer.Argument(..., help="One or more run ids / prefixes / names, compared."),
+    output: Path = typer.Option(..., "-o", "--output", help=".png/.pdf/.svg (static) or .html (interactive, offline)."),
+    kind: str = typer.Option("aggregate", help="aggregate, individual (needs --sample), class (needs --cls) "
+                             "or embedding (dimension reduction, one panel per run)."),
+    metric: Optional[str] = typer.Option(None, help="correct, confidence, top1_confidence, entropy, consensus_agreement, "
+                                         "consensus_confidence, kl_to_consensus, tv_to_consensus (default: correct "
+                                         "for aggregate/class plots, confidence for individual/embedding)."),
+    sample: Optional[int] = typer.Option(None, help="Sample id for --kind individual."),
+    cls: Optional[int] = typer.Option(None, "--cls", help="Class for --kind class."),
+    marker: Optional[str] = typer.Option(None, help="Mark an orbit element, e.g. angle=90."),
+    method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
+    home: Optional[Path] = HomeOption,
+    title: Optional[str] = typer.Option(None, help="Figure title."),
+) -> None:
+    """NERO plots for papers (static) or the web (interactive): every kind, from stored runs."""
+    from ..analysis.nero import prepare_aggregate, prepare_individual
+    from ..results.store import Store
+
+    store = Store(home, create=False)
+    results = [store.load(r) for r in runs]
+    metric = metric or ("confidence" if kind in ("individual", "embedding") else "correct")
+    interactive = output.suffix.lower() in (".html", ".htm")
+    mark = _parse_marker(marker)
+    if kind == "embedding":
+        path = _plot_embeddings(results, metric, method, output, interactive)
+    else:
+        if kind == "aggregate":
+            data = prepare_aggregate(results, metric, marker=mark, title=title)
+        elif kind == "class":
+            if cls is None:
+                raise ValueError("--kind class needs --cls CLASS")
+            data = prepare_aggregate(results, metric, subset=cls, marker=mark, title=title)
+        elif kind == "individual":
+            if sample is None:
+                raise ValueError("--kind individual needs --sample ID (see the report or `runs show`)")
+            data = prepare_individual(results, sample, metric, marker=mark, title=title)
+        else:
+            raise ValueError(f"unknown --kind {kind!r}: aggregate, individual, class or embedding")
+        if interactive:
+            from ..viz.interactive import render_plotly
+
+            output.parent.mkdir(parents=True, exist_ok=True)
+            render_plotly(data).write_html(output, include_plotlyjs=True)
+            path = output
+        else:
+            from ..viz.plot import render, save_figure
+
+            path = save_figure(render(data), output)
+    console.print(f"wrote {path}")
+
+
+def _plot_embeddings(results: list[Any], metric: str, method: str, output: Path, interactive: bool) -> Path:
+    from ..analysis.reduce import embed, orbit_statistic
+
+    figures = []
+    for res in results:
+        emb = embed(res, metric, method=method)
+        colour = orbit_statistic(res, metric, "mean")
+        name = res.attrs.get("run_name") or res.attrs.get("model_name")
+        figures.append((emb, colour, f"{name}: {emb.label} of orbit vectors of {metric}"))
+    if interactive:
+        from ..viz.interactive import figure_html
+        from ..viz.reduce_plots import scatter_plotly
+
+        body = "".join(figure_html(scatter_plotly(e, c, f"orbit mean of {metric}", t), include_plotlyjs=i == 0)
+                       for i, (e, c, t) in enumerate(figures))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{body}</body></html>")
+        return output
+    if len(figures) != 1:
+        raise ValueError("a static embedding plot shows one run; give one run, or write .html for several")
+    from ..viz.plot import save_figure
+    from ..viz.reduce_plots import scatter_figure
+
+    (e, c, t), = figures
+    return save_figure(scatter_figure(e, c, f"orbit mean of {metric}", t), output)
+
+
+@app.command()
+@friendly_errors
+def report(
+    runs: list[str] = typer.Argument(..., help="Run ids / prefixes / names to compare (same orbit)."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write (self-contained)."),
+    metric: str = typer.Option("confidence", help="Metric for the non-equivariance score, embeddings and samples."),
+    method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
+    home: Optional[Path] = HomeOption,
+    title: str = typer.Option("orbitscope report", help="Report title."),
+    robustness: Optional[Path] = typer.Option(None, "--robustness", help="Output folder of 'orbitscope robust "
+                                              "compare' whose comparison (table and plot) joins the report."),
+) -> None:
+    """One self-contained HTML report (offline, no CDN) comparing the given runs."""
+    from ..viz.report import write_report
+    from ..results.store import Store
+
+    sections = []
+    if robustness is not None:
+        fragment = robustness / "robustness_section.html"
+        if not fragment.is_file():
+            raise FileNotFoundError(f"{fragment} not found; run 'orbitscope robust compare -o {robustness}' first")
+        sections.append(fragment.read_text(encoding="utf-8"))
+    store = Store(home, create=False)
+    results = [store.load(r) for r in runs]
+    path = write_report(results, output, metric=metric, method=method, title=title, extra_sections=sections)
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command()
+@friendly_errors
+def demo(
+    home: Optional[Path] = HomeOption,
+    out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
+    n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
+    ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also build a small model zoo and run ML4ML assessors."),
+) -> None:
+    """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations."""
+    from ..demos.mnist import run_demo
+
+    logging.basicConfig(level=logging.WARNING)
+    t0 = time.perf_counter()
+    with progress_bar() as bar:
+        state: dict[str, Any] = {}
+
+        def progress(done: int, total: int | None) -> None:
+            state["update"](done, total)
+
+        def status(msg: str) -> None:
+            bar.console.print(f"• {msg}")
+            if msg.startswith("evaluating"):
+                state["update"] = engine_progress(bar, msg.split(" on ")[0])
+
+        result = run_demo(home, out, n_test=n, status=status, progress=progress, ml4ml=ml4ml)
+    for case, runs in result.runs.items():
+        console.rule(case)
+        _print_summary([r.result for r in runs])
+    if result.ml4ml is not None:
+        console.rule("ML4ML assessors (demo-sized zoo)")
+        console.print(result.ml4ml.cv_table, highlight=False, soft_wrap=True)
+        for v in result.ml4ml.verdicts.values():
+            console.print(f"  {v['model']} (trained with {v['trained with']}): {v['verdict']}, "
+                          f"p(invariant) = {v['probability invariant']:.2f}")
+    for key, path in result.files.items():
+        console.print(f"  {key:34s} {path}")
+    for case, why in result.skipped.items():
+        console.print(f"[yellow]skipped {case}[/]: {why}")
+    console.print(f"demo finished in {time.perf_counter() - t0:.1f} s (training {result.seconds['training']:.1f} s)")
+    home_arg = f" --home {home}" if home else ""
+    console.print(f"next: open {out}/mnist/report.html; [bold]orbitscope runs list{home_arg}[/]; "
+                  f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
+
+
+@app.command()
+@friendly_errors
+def serve(
+    home: Optional[Path] = HomeOption,
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to bind; 0.0.0.0 exposes every run in the store "
+                             "to the network (a warning is logged)."),
+    port: int = typer.Option(8050, "--port", min=1, max=65535, help="TCP port."),
+) -> None:
+    """The interactive NERO interface in the browser, on the runs of a store (read-only)."""
+    from ..app import serve as serve_app
+    from ..results.store import Store
+
+    store = Store(home, create=False)  # fail here, with the CLI's message, if there is no store
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    console.print(f"orbitscope interface for {store.home}: open [bold]http://{host}:{port}/[/] (Ctrl-C to stop)")
+    serve_app(store.home, host=host, port=port)
+
+
+# sub-commands defined in their own modules (imported last: they use the helpers above)
+from .zoo import assess_command, zoo_app  # noqa: E402
+
+app.add_typer(zoo_app, name="zoo")
+app.command("assess")(friendly_errors(assess_command))
+from .robust import robust_app  # noqa: E402
+app.add_typer(robust_app, name="robust")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

@@ -1,0 +1,1 @@
+"""The case studies behind ``orbitscope demo``."""

@@ -1,0 +1,73 @@
+"""One exception hierarchy for orbitscope.
+
+Every error orbitscope raises on purpose derives from :class:`OrbitscopeError`, and each family
+also derives from the builtin a caller would expect, so existing ``except ValueError`` code keeps
+working:
+
+==================  ==========================  =============================================
+class               also a                      raised when
+==================  ==========================  =============================================
+DataError           ValueError                  data cannot be evaluated as given
+ModelError          RuntimeError                a model fails or returns unusable values
+StateDictMismatch…  ModelError                  weights do not fit the architecture
+StoreError          RuntimeError                a store is missing, corrupt or inconsistent
+SpecError           ValueError                  a spec string/dict (orbit, data, perturbation,
+                                                task, model) cannot be parsed or is invalid
+NotFoundError       KeyError                    a named thing (run, variable, sample, metric,
+                                                registry entry) does not exist
+==================  ==========================  =============================================
+
+The command line reports these (and missing files or user modules) as one-line errors; anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OrbitscopeError",
+    "DataError",
+    "ModelError",
+    "StateDictMismatchError",
+    "StoreError",
+    "SpecError",
+    "NotFoundError",
+]
+
+
+class OrbitscopeError(Exception):
+    """Base of every error orbitscope raises on purpose."""
+
+
+class DataError(OrbitscopeError, ValueError):
+    """The data cannot be evaluated as given (shape, dtype, range, structure)."""
+
+
+class ModelError(OrbitscopeError, RuntimeError):
+    """The model failed on, or returned unusable values for, the transformed inputs."""
+
+
+class StateDictMismatchError(ModelError):
+    """Weights do not fit the model: lists missing/unexpected keys and shape mismatches."""
+
+    def __init__(self, message: str, missing: list[str], unexpected: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.unexpected = unexpected
+
+
+class StoreError(OrbitscopeError, RuntimeError):
+    """A store is missing, corrupt, or inconsistent with what is asked of it."""
+
+
+class SpecError(OrbitscopeError, ValueError):
+    """A specification (orbit, data, perturbation, task, model, option) is malformed or invalid."""
+
+
+class NotFoundError(OrbitscopeError, KeyError):
+    """A named thing (run, variable, sample, metric, registry entry) does not exist.
+
+    ``str()`` gives the message itself (a plain ``KeyError`` would quote it).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

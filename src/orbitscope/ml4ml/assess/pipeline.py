@@ -1,0 +1,232 @@
+"""From the model database to assessors, and from a new model to a verdict.
+
+* :func:`assessment_data` reads every labelled model of a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase`
+  into features (ML4ML's 5 matrices × 16 = 80), matrix images and correctness arrays;
+* :func:`compare_assessors` cross-validates the assessors, the matrix CNN and the formula
+  baselines with whole families held out;
+* :func:`fit_assessor` trains one assessor on all of them (an
+  :class:`~orbitscope.ml4ml.assess.assessors.AssessorBundle`);
+* :func:`assess_model` evaluates a new model over the bundle's orbit (one engine pass with an
+  activation probe), computes its matrices and features and returns a :class:`Verdict`.
+
+Matrix names are made independent of layer names: the last two probed layers are called
+``penultimate`` and ``last`` (ML4ML probes a model's last two convolutions), so assessors trained
+on the zoo apply to any architecture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..matrices import VarianceMatrices
+from .assessors import ASSESSORS, BASELINES, AssessorBundle, MatrixCNNAssessor, feature_importances, input_kind
+from .features import model_features
+from .validation import CVReport, cross_validate_by_family
+
+__all__ = [
+    "CANONICAL_MATRICES",
+    "POSITIVE",
+    "canonical_matrices",
+    "AssessmentData",
+    "assessment_data",
+    "compare_assessors",
+    "fit_assessor",
+    "Verdict",
+    "assess_model",
+]
+
+#: ML4ML's five matrices per model, with layer-independent names.
+CANONICAL_MATRICES = ("top1_confidence", "penultimate:max", "penultimate:max-mean", "last:max", "last:max-mean")
+#: The label an assessor's probability refers to.
+POSITIVE = "invariant"
+
+
+def canonical_matrices(vm: VarianceMatrices) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """ML4ML's five matrices (and their signals) of ``vm`` under :data:`CANONICAL_MATRICES` names."""
+    layers: list[str] = []
+    for name in vm.names:
+        if ":" in name and name.rsplit(":", 1)[0] not in layers:
+            layers.append(name.rsplit(":", 1)[0])
+    if len(layers) < 2:
+        raise ValueError(f"ML4ML needs activation statistics of two layers; the matrices have {vm.names}")
+    rename = {layers[-2]: "penultimate", layers[-1]: "last"}
+    mats, sigs = {}, {}
+    for i, name in enumerate(vm.names):
+        layer, _, stat = name.rpartition(":")
+        canon = f"{rename[layer]}:{stat}" if layer in rename else name
+        if canon in CANONICAL_MATRICES:
+            mats[canon], sigs[canon] = vm.matrices[i], vm.signals[i]
+    missing = [n for n in CANONICAL_MATRICES if n not in mats]
+    if missing:
+        raise ValueError(f"missing matrices {missing} (have {vm.names}); compute top1_confidence and the max and "
+                         "max-mean statistics of the last two probed layers")
+    return {n: mats[n] for n in CANONICAL_MATRICES}, {n: sigs[n] for n in CANONICAL_MATRICES}
+
+
+def _features(vm: VarianceMatrices) -> tuple[list[str], np.ndarray, np.ndarray]:
+    mats, sigs = canonical_matrices(vm)
+    names, x = model_features(mats, sigs)
+    return names, x, np.stack([mats[n] for n in CANONICAL_MATRICES])
+
+
+@dataclass
+class AssessmentData:
+    """Labelled models ready for assessors (row i = model ``model_ids[i]``)."""
+
+    model_ids: list[str]
+    families: np.ndarray
+    labels: list[str]
+    y: np.ndarray  # 1 = invariant, 0 = not invariant
+    X: np.ndarray  # (models, 80) features
+    feature_names: list[str]
+    images: np.ndarray  # (models, 5, n, n) matrices
+    correctness: list[np.ndarray]  # per model (N, n) correctness of all test images
+    identity: int
+    orbit: Any
+    label_source: str
+
+    @property
+    def n_models(self) -> int:
+        return len(self.model_ids)
+
+
+def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None = None,
+                    borderline: str = "drop") -> AssessmentData:
+    """Features, matrix images and labels of every model of ``db`` labelled by ``labels``.
+
+    Args:
+        db: a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase`.
+        labels: ``"provenance"`` or ``"human"``.
+        labeller: for human labels, whose (default: the most recent label of each model).
+        borderline: what ``borderline`` labels become: ``"drop"`` (default), ``"invariant"`` or
+            ``"not-invariant"``.
+    """
+    if borderline not in ("drop", "invariant", "not-invariant"):
+        raise ValueError(f"borderline must be 'drop', 'invariant' or 'not-invariant', got {borderline!r}")
+    rows = []
+    for m in db.models():
+        label = m.label(labels, labeller)
+        if label == "borderline":
+            label = None if borderline == "drop" else borderline
+        if label is not None:
+            rows.append((m, label))
+    if not rows:
+        who = f" by {labeller}" if labeller else ""
+        raise ValueError(f"no models with {labels} labels{who} in the model database at {db.store.home}; "
+                         "build a zoo (orbitscope zoo train) or label models (orbitscope zoo label)")
+    ids, fams, labs, xs, imgs, cs = [], [], [], [], [], []
+    names: list[str] = []
+    identity, orbit = -1, None
+    for m, label in rows:
+        vm = m.load_matrices()
+        names, x, img = _features(vm)
+        ids.append(m.model_id)
+        fams.append(m.family)
+        labs.append(label)
+        xs.append(x)
+        imgs.append(img)
+        cs.append(vm.correct)
+        identity, orbit = vm.identity, m.provenance.get("test_orbit")
+    if len({img.shape for img in imgs}) > 1:
+        raise ValueError("models have matrices of different sizes (different test orbits); assess one orbit at a time")
+    source = labels + (f" by {labeller}" if labeller else "")
+    return AssessmentData(ids, np.asarray(fams), labs, np.array([lb == POSITIVE for lb in labs], dtype=int),
+                          np.stack(xs), names, np.stack(imgs), cs, identity, orbit, source)
+
+
+def _estimators(include_cnn: bool, identity: int) -> dict[str, Any]:
+    makers: dict[str, Any] = dict(ASSESSORS)
+    if include_cnn:
+        makers["matrix_cnn"] = lambda seed: MatrixCNNAssessor(seed=seed)
+    for name, make in BASELINES.items():
+        makers[f"baseline:{name}"] = (lambda mk: (lambda seed: mk(seed).set_params(identity_index=identity)))(make)
+    return makers
+
+
+def compare_assessors(data: AssessmentData, *, repeats: int = 10, folds: int = 3, seed: int = 0,
+                      include_cnn: bool = True) -> CVReport:
+    """Cross-validate every assessor and the formula baselines with whole families held out
+    (see :func:`orbitscope.ml4ml.assess.validation.cross_validate_by_family`)."""
+    if len(set(data.y.tolist())) < 2:
+        raise ValueError(f"all {data.n_models} labelled models have the same label; assessors need both classes")
+    return cross_validate_by_family(data.X, data.y, data.families, make_estimators=_estimators(include_cnn, data.identity),
+                                    repeats=repeats, folds=folds, seed=seed, images=data.images,
+                                    correctness=data.correctness)
+
+
+def fit_assessor(data: AssessmentData, name: str = "random_forest", *, seed: int = 0) -> AssessorBundle:
+    """Train assessor ``name`` (a key of :data:`ASSESSORS`, ``"matrix_cnn"``) on all of ``data``."""
+    makers = _estimators(True, data.identity)
+    if name not in makers or name.startswith("baseline:"):
+        raise ValueError(f"unknown assessor {name!r}; choose from {', '.join(n for n in makers if ':' not in n)}")
+    est = makers[name](seed)
+    kind = input_kind(est)
+    X = data.X if kind == "features" else data.images
+    names = data.feature_names if kind == "features" else list(CANONICAL_MATRICES)
+    return AssessorBundle.train(est, X, data.y, feature_names=names, label_source=data.label_source,
+                                matrix_names=list(CANONICAL_MATRICES), orbit_spec=data.orbit)
+
+
+@dataclass
+class Verdict:
+    """An assessor's judgement of one model.
+
+    Attributes:
+        label: ``"invariant"`` or ``"not-invariant"``.
+        probability: the assessor's probability that the model is invariant.
+        top_features: up to ten ``(feature, importance, value, training min, training max)``, most
+            important first (feature assessors only).
+        out_of_range: features outside the training range (the assessor extrapolates there).
+        matrices: the model's variance matrices.
+        metrics: accuracy at identity and worst level, share correct at every level.
+    """
+
+    label: str
+    probability: float
+    top_features: list[tuple[str, float, float, float, float]]
+    out_of_range: list[str]
+    matrices: VarianceMatrices
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def assess_model(model: Any, bundle: AssessorBundle, data: Any, *, orbit: str | None = None,
+                 layers: Sequence[str] = ("last-conv-2",), normalize: Any = None,
+                 model_name: str | None = None) -> Verdict:
+    """Evaluate ``model`` on ``data`` over the bundle's orbit and judge it with ``bundle``."""
+    from ..zoo import model_matrices
+
+    if orbit is not None and isinstance(bundle.orbit_spec, str) and orbit != bundle.orbit_spec:
+        raise ValueError(f"the assessor was trained on matrices over {bundle.orbit_spec!r}; judging matrices over "
+                         f"{orbit!r} with it would be meaningless. Train an assessor on a zoo with that test orbit")
+    orbit = orbit or bundle.orbit_spec
+    if not isinstance(orbit, str):
+        raise ValueError("the assessor bundle does not record its orbit; pass orbit='rotation:-15:15:1' or similar")
+    from ...engine.activations import ActivationProbe
+
+    probe = ActivationProbe(tuple(layers)).resolve(model)
+    probed = list(probe.layers)
+    signals = ["top1_confidence"] + [f"{layer}:{st}" for layer in probed[-2:] for st in ("max", "max-mean")]
+    vm, metrics = model_matrices(model, data, orbit, layers=probed, signals=signals, normalize=normalize,
+                                 model_name=model_name)
+    if vm.n_images < 2:
+        raise ValueError(f"only {vm.n_images} test images are classified correctly at the identity; the matrices "
+                         "need more (use more test images, or this model is not usable as is)")
+    names, x, img = _features(vm)
+    if bundle.input_kind == "features":
+        if names != bundle.feature_names:
+            raise ValueError("the assessor was trained on different features; retrain it with this orbitscope")
+        proba = bundle.predict_proba(x[None, :])[0]
+        stats = bundle.feature_stats
+        top = [(n, imp, float(x[names.index(n)]), stats[n]["min"], stats[n]["max"])
+               for n, imp in feature_importances(bundle.estimator, names)[:10]]
+        outside = bundle.out_of_range(x)
+    else:
+        proba = bundle.predict_proba(img[None])[0]
+        top, outside = [], []
+    classes = [int(c) for c in bundle.classes]
+    p = float(proba[classes.index(1)]) if 1 in classes else 0.0
+    return Verdict("invariant" if p >= 0.5 else "not-invariant", p, top, outside, vm, metrics)

@@ -1,0 +1,201 @@
+"""The model database: models with provenance, variance matrices, metrics and invariance labels.
+
+Kept in the store's SQLite catalog (tables ``zoo_models`` and ``zoo_labels``) next to the runs;
+matrices live in ``<home>/zoo/<family>/<model_id>.npz`` (see
+:meth:`orbitscope.ml4ml.matrices.VarianceMatrices.save`) and weights in the models cache.
+
+Labels are ``"invariant"``, ``"borderline"`` or ``"not-invariant"`` and come from two sources:
+
+* ``"provenance"``: derived from how a model was trained, by a stated rule
+  (:func:`orbitscope.ml4ml.zoo.provenance_label`); labeller ``"rule:<version>"``;
+* ``"human"``: recorded by a person (``orbitscope zoo label``), labeller = their name.
+
+One label per (model, source, labeller); recording again replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .matrices import VarianceMatrices
+from ..results.store import Store, StoreError
+
+__all__ = ["LABELS", "LABEL_SOURCES", "ZooModel", "Label", "ModelDatabase"]
+
+LABELS = ("invariant", "borderline", "not-invariant")
+LABEL_SOURCES = ("provenance", "human")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS zoo_models (
+    model_id TEXT PRIMARY KEY, family TEXT NOT NULL, member INTEGER NOT NULL, recipe TEXT NOT NULL,
+    provenance TEXT NOT NULL, weights TEXT NOT NULL, matrices TEXT NOT NULL, metrics TEXT NOT NULL,
+    created REAL NOT NULL, UNIQUE (family, member));
+CREATE TABLE IF NOT EXISTS zoo_labels (
+    model_id TEXT NOT NULL, source TEXT NOT NULL, labeller TEXT NOT NULL, label TEXT NOT NULL,
+    note TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (model_id, source, labeller));
+"""
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Label:
+    """One invariance label."""
+
+    model_id: str
+    source: str
+    labeller: str
+    label: str
+    note: str = ""
+    created: float = 0.0
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One model of the database.
+
+    Attributes:
+        model_id: ``<family>-<member:03d>``.
+        family: the family it was drawn from (cross-validation holds whole families out).
+        member: index within the family.
+        recipe: its :class:`~orbitscope.training.recipes.TrainRecipe` as a dict.
+        provenance: architecture, data, augmentation range relative to the test range (``none``,
+            ``narrower``, ``matched``, ``wider``, ``gap``), epochs, learning rate, label noise,
+            class imbalance, training images, seed, test orbit.
+        weights: path of the trained weights (safetensors).
+        matrices: path of its :class:`~orbitscope.ml4ml.matrices.VarianceMatrices` file.
+        metrics: accuracy at identity, worst level accuracy, share of images correct at every
+            level, training time.
+        labels: its labels, all sources.
+    """
+
+    model_id: str
+    family: str
+    member: int
+    recipe: dict[str, Any]
+    provenance: dict[str, Any]
+    weights: str
+    matrices: str
+    metrics: dict[str, Any]
+    created: float
+    labels: tuple[Label, ...] = field(default=())
+
+    def label(self, source: str = "provenance", labeller: str | None = None) -> str | None:
+        """The label from ``source`` (a given labeller, else the most recent); None if absent."""
+        hits = [lb for lb in self.labels if lb.source == source and (labeller is None or lb.labeller == labeller)]
+        return max(hits, key=lambda lb: lb.created).label if hits else None
+
+    def load_matrices(self) -> VarianceMatrices:
+        return VarianceMatrices.load(self.matrices)
+
+
+class ModelDatabase:
+    """Access to the model tables of a store (created on first use).
+
+    ``create=False`` refuses a missing store (for read-only commands) instead of creating one."""
+
+    def __init__(self, store: Store | str | Path | None = None, *, create: bool = True) -> None:
+        try:
+            self.store = store if isinstance(store, Store) else Store(store, create=create)
+        except StoreError as exc:
+            if create:
+                raise
+            raise StoreError(f"{exc}; to start a model database, build a zoo: "
+                             "'orbitscope zoo train --family mnist-small --n 60'") from exc
+        with self.store.connection() as con:
+            con.executescript(_SCHEMA)
+
+    @property
+    def zoo_dir(self) -> Path:
+        return self.store.home / "zoo"
+
+    def matrices_path(self, family: str, model_id: str) -> Path:
+        """Where a model's matrices are kept: ``<home>/zoo/<family>/<model_id>.npz``."""
+        return self.matrices_path_for(self.store.home, family, model_id)
+
+    @staticmethod
+    def matrices_path_for(home: str | Path, family: str, model_id: str) -> Path:
+        """:meth:`matrices_path` for a store at ``home`` (without opening it)."""
+        _check_id(family, "family")
+        _check_id(model_id, "model id")
+        return Path(home) / "zoo" / family / f"{model_id}.npz"
+
+    # -- models ---------------------------------------------------------------------------
+    def add_model(self, model_id: str, family: str, member: int, recipe: dict[str, Any],
+                  provenance: dict[str, Any], weights: str | Path, matrices: str | Path,
+                  metrics: dict[str, Any]) -> None:
+        """Insert or replace one model row (the matrices file must already exist)."""
+        _check_id(model_id, "model id")
+        _check_id(family, "family")
+        if not Path(matrices).is_file():
+            raise StoreError(f"matrices file {matrices} does not exist; compute the matrices first")
+        with self.store.connection() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO zoo_models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (model_id, family, int(member), json.dumps(recipe), json.dumps(provenance, default=str),
+                 str(weights), str(matrices), json.dumps(metrics, default=float), time.time()),
+            )
+
+    def has_model(self, model_id: str) -> bool:
+        with self.store.connection() as con:
+            return con.execute("SELECT 1 FROM zoo_models WHERE model_id = ?", (model_id,)).fetchone() is not None
+
+    def models(self, family: str | None = None) -> list[ZooModel]:
+        """All models (of one family), ordered by family and member, with their labels."""
+        query = "SELECT model_id, family, member, recipe, provenance, weights, matrices, metrics, created FROM zoo_models"
+        args: tuple[Any, ...] = ()
+        if family is not None:
+            query += " WHERE family = ?"
+            args = (family,)
+        with self.store.connection() as con:
+            rows = con.execute(query + " ORDER BY family, member", args).fetchall()
+            label_rows = con.execute("SELECT model_id, source, labeller, label, note, created FROM zoo_labels").fetchall()
+        labels: dict[str, list[Label]] = {}
+        for r in label_rows:
+            labels.setdefault(r[0], []).append(Label(*r))
+        return [ZooModel(r[0], r[1], int(r[2]), json.loads(r[3]), json.loads(r[4]), r[5], r[6], json.loads(r[7]),
+                         float(r[8]), tuple(labels.get(r[0], ()))) for r in rows]
+
+    def get(self, model_id: str) -> ZooModel:
+        for m in self.models():
+            if m.model_id == model_id:
+                return m
+        known = ", ".join(m.model_id for m in self.models()[:8])
+        hint = f" (e.g. {known})" if known else "; it is empty: build a zoo with 'orbitscope zoo train'"
+        raise StoreError(f"no model {model_id!r} in the model database at {self.store.home}{hint}")
+
+    def families(self) -> dict[str, int]:
+        """Family name -> number of models."""
+        with self.store.connection() as con:
+            rows = con.execute("SELECT family, COUNT(*) FROM zoo_models GROUP BY family ORDER BY family").fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+    # -- labels ---------------------------------------------------------------------------
+    def set_label(self, model_id: str, label: str, *, source: str, labeller: str, note: str = "") -> None:
+        """Record a label (replacing this labeller's previous one for the model)."""
+        if label not in LABELS:
+            raise ValueError(f"label must be one of {LABELS}, got {label!r}")
+        if source not in LABEL_SOURCES:
+            raise ValueError(f"label source must be one of {LABEL_SOURCES}, got {source!r}")
+        if not labeller or not labeller.strip():
+            raise ValueError("a label needs the labeller's name (--by NAME)")
+        if not self.has_model(model_id):
+            raise StoreError(f"no model {model_id!r} in the model database; see 'orbitscope zoo list'")
+        with self.store.connection() as con:
+            con.execute("INSERT OR REPLACE INTO zoo_labels VALUES (?, ?, ?, ?, ?, ?)",
+                        (model_id, source, labeller.strip(), label, note, time.time()))
+
+    def labels(self, source: str | None = None) -> list[Label]:
+        with self.store.connection() as con:
+            rows = con.execute("SELECT model_id, source, labeller, label, note, created FROM zoo_labels "
+                               "ORDER BY model_id, source, labeller").fetchall()
+        return [Label(*r) for r in rows if source is None or r[1] == source]
+
+
+def _check_id(text: str, what: str) -> None:
+    if not isinstance(text, str) or not _ID.match(text):
+        raise ValueError(f"malformed {what} {text!r}: use letters, digits, '-', '_' and '.'")

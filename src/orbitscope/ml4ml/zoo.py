@@ -1,0 +1,374 @@
+"""Model zoos: families of small models trained with controlled variations, for ML4ML assessors.
+
+A *family* fixes the architecture, the training data and the test transformation (default:
+rotation −15…+15° by 1°, ML4ML's 31 levels); its members vary, deterministically by member index,
+in what ML4ML varied (arXiv 2109.12926, see ``reference/seeds.md``):
+
+* augmentation range relative to the test range (half-width T = 15°): ``none``; ``narrower``
+  (uniform ±T/5…2T/3, i.e. ±3…10°); ``matched`` (±T); ``wider`` (±5T/3…4T, i.e. ±25…60°); ``gap``
+  (magnitudes from T/3…2T/3 up to T…2T, i.e. 5…10° up to 15…30°: angles near 0° never seen);
+* epochs (3, 4, 6, 8), learning rate (2e-3, 3e-3, 5e-3), label noise (0, or 0.2/0.4 for a quarter
+  of the members), class imbalance (0, or half of the upper classes' images dropped for 15%),
+  little data (1,000 training images and three times the epochs, for 15%), seed.
+
+The augmentation kinds are balanced: every block of five consecutive members has one of each.
+
+Building a member trains it (cached in ``<home>/models/zoo/<family>``), evaluates it on the
+family's test images over the test orbit with an activation probe on ``conv2`` and ``conv3``
+(one engine pass), computes its variance matrices on the images correct at the identity, saves
+them and adds the model, its metrics and its provenance label to the
+:class:`~orbitscope.ml4ml.modeldb.ModelDatabase`. :func:`build_family` runs members in parallel local
+processes; each finished member is committed at once, so an interrupted build resumes where it
+stopped.
+
+Provenance label rule (:data:`PROVENANCE_RULE`, v2): a model whose accuracy at the identity
+reaches the family's floor is ``invariant`` if its augmentation covers the whole test range
+(``matched`` or ``wider``) and ``not-invariant`` if it saw no or only a narrower range (``none``,
+``narrower``); models below the floor (training failed, so invariance says little) and ``gap``
+models (the range is covered except near 0°) are ``borderline``, which assessors leave out by
+default. The rule judges how a model was trained, not its accuracy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..training.recipes import TrainRecipe
+
+__all__ = [
+    "ZOO_TEST_ORBIT",
+    "PROBE_LAYERS",
+    "ZOO_SIGNALS",
+    "PROVENANCE_RULE",
+    "Family",
+    "FAMILIES",
+    "get_family",
+    "member_recipe",
+    "augmentation_relation",
+    "provenance_label",
+    "apply_provenance_rule",
+    "test_images",
+    "model_matrices",
+    "build_member",
+    "build_family",
+]
+
+log = logging.getLogger(__name__)
+
+#: ML4ML's rotation test: −15…+15° by 1° (31 levels, identity at the centre).
+ZOO_TEST_ORBIT = "rotation:-15:15:1"
+#: Layers probed for activation statistics (the last two convolutions of SmallCNN).
+PROBE_LAYERS = ("conv2", "conv3")
+#: The matrices kept per model: ML4ML's five plus the true-class confidence.
+ZOO_SIGNALS = ("top1_confidence", "confidence", "conv2:max", "conv2:max-mean", "conv3:max", "conv3:max-mean")
+PROVENANCE_RULE = ("rule:v2 if accuracy at identity >= the family's floor: invariant when augmentation covers the "
+                   "test range (matched/wider), not-invariant when none/narrower; else, and for gap, borderline")
+
+_KINDS = ("none", "narrower", "matched", "wider", "gap")
+_SMALL = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
+_WIDE = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [16, 32, 64], "hidden": 96}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family.
+
+    Attributes:
+        name: file-name-safe family name.
+        data: training data id (:data:`orbitscope.training.recipes.DATASETS`).
+        arch: model config (its last two convolutions must be named as in :data:`PROBE_LAYERS`).
+        test_half_range: half-width T of the test range, degrees.
+        test_orbit: the test transformation (orbit spec string).
+        images_per_class: test images per class used for the matrices.
+        accuracy_floor: accuracy at the identity an invariant model must reach (provenance rule).
+        n_train: training images (None: the dataset's default).
+        epochs_choices: epochs drawn from (the "little data" members train three times as long).
+        little_data: training images of the "little data" members (a fifth of the members).
+        description: one line for listings.
+    """
+
+    name: str
+    data: str
+    arch: dict[str, Any]
+    accuracy_floor: float
+    description: str
+    test_half_range: float = 15.0
+    test_orbit: str = ZOO_TEST_ORBIT
+    images_per_class: int = 30
+    n_train: int | None = None
+    epochs_choices: tuple[int, ...] = (3, 4, 6, 8)
+    little_data: int = 1000
+
+
+FAMILIES: dict[str, Family] = {
+    "mnist-small": Family("mnist-small", "mnist-subset", _SMALL, 0.80, "SmallCNN 8-16-32 on the MNIST subset"),
+    "mnist-wide": Family("mnist-wide", "mnist-subset", _WIDE, 0.80, "SmallCNN 16-32-64 on the MNIST subset"),
+    "fashion-small": Family("fashion-small", "fashion-mnist", _SMALL, 0.6,
+                            "SmallCNN 8-16-32 on 4,000 Fashion-MNIST images", n_train=4000),
+    "fashion-wide": Family("fashion-wide", "fashion-mnist", _WIDE, 0.6,
+                           "SmallCNN 16-32-64 on 4,000 Fashion-MNIST images", n_train=4000),
+}
+
+
+def get_family(name: str | Family) -> Family:
+    """The family called ``name`` (a :class:`Family` passes through)."""
+    if isinstance(name, Family):
+        return name
+    if name not in FAMILIES:
+        raise ValueError(f"unknown model family {name!r}; known: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def member_recipe(family: str | Family, index: int) -> TrainRecipe:
+    """The training recipe of member ``index`` of ``family`` (deterministic)."""
+    fam = get_family(family)
+    if index < 0:
+        raise ValueError(f"member index must be >= 0, got {index}")
+    digest = hashlib.sha256(f"{fam.name}:{index}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    t = fam.test_half_range
+    # each block of five consecutive members has one of each augmentation kind (seeded order)
+    block = hashlib.sha256(f"{fam.name}:block{index // len(_KINDS)}".encode()).digest()
+    order = np.random.default_rng(int.from_bytes(block[:8], "little")).permutation(len(_KINDS))
+    kind = _KINDS[int(order[index % len(_KINDS)])]
+    aug: dict[str, Any] = {"augmentation": "uniform", "max_angle": t}
+    if kind == "none":
+        aug = {"augmentation": "none"}
+    elif kind == "narrower":  # ranges relative to T (for T = 15°: 3…10°, 25…60°, gap 5…10° up to 15…30°)
+        aug["max_angle"] = round(float(rng.uniform(t / 5, 2 * t / 3)), 1)
+    elif kind == "wider":
+        aug["max_angle"] = round(float(rng.uniform(5 * t / 3, 4 * t)), 1)
+    elif kind == "gap":
+        aug.update(min_angle=round(float(rng.uniform(t / 3, 2 * t / 3)), 1), max_angle=round(float(rng.uniform(t, 2 * t)), 1))
+    n_train, epochs = fam.n_train, int(rng.choice(fam.epochs_choices))
+    if rng.random() < 0.15:
+        n_train, epochs = fam.little_data, 3 * epochs  # little data (about as many optimiser steps)
+    return TrainRecipe(
+        name=f"{fam.name}-{index:03d}",
+        arch=fam.arch,
+        data=fam.data,
+        epochs=epochs,
+        lr=float(rng.choice([2e-3, 3e-3, 5e-3])),
+        batch_size=64,
+        seed=index,
+        n_train=n_train,
+        label_noise=0.0 if rng.random() < 0.75 else float(rng.choice([0.2, 0.4])),
+        class_imbalance=0.0 if rng.random() < 0.85 else 0.5,
+        **aug,
+    )
+
+
+def augmentation_relation(recipe: TrainRecipe, test_half_range: float) -> str:
+    """How the training augmentation relates to a symmetric test range ±T (rotation):
+    ``none``, ``narrower`` (max < T), ``matched`` (max = T), ``wider`` (max > T), or ``gap``
+    (angles near 0° never drawn), for ``"uniform"`` augmentation; ``"normal90"`` counts as wider."""
+    if recipe.augmentation == "none":
+        return "none"
+    if recipe.augmentation == "normal90":
+        return "wider"
+    if recipe.min_angle > 0:
+        return "gap"
+    if np.isclose(recipe.max_angle, test_half_range):
+        return "matched"
+    return "narrower" if recipe.max_angle < test_half_range else "wider"
+
+
+def provenance(family: Family, recipe: TrainRecipe) -> dict[str, Any]:
+    """The provenance record of a member (what the database and assessors see)."""
+    return {
+        "architecture": family.arch,
+        "data": family.data,
+        "test_orbit": family.test_orbit,
+        "augmentation": recipe.augmentation,
+        "augmentation_range": [recipe.min_angle, recipe.max_angle] if recipe.augmentation == "uniform" else None,
+        "relation": augmentation_relation(recipe, family.test_half_range),
+        "epochs": recipe.epochs,
+        "lr": recipe.lr,
+        "batch_size": recipe.batch_size,
+        "label_noise": recipe.label_noise,
+        "class_imbalance": recipe.class_imbalance,
+        "n_train": recipe.n_train,
+        "seed": recipe.seed,
+    }
+
+
+def provenance_label(prov: dict[str, Any], metrics: dict[str, Any], accuracy_floor: float) -> str:
+    """:data:`PROVENANCE_RULE` (see the module docs)."""
+    if metrics["accuracy_identity"] < accuracy_floor or prov["relation"] == "gap":
+        return "borderline"
+    return "invariant" if prov["relation"] in ("matched", "wider") else "not-invariant"
+
+
+def apply_provenance_rule(db: Any) -> int:
+    """(Re)label every model of ``db`` whose family is known with the current
+    :data:`PROVENANCE_RULE`; returns how many were labelled."""
+    count = 0
+    for m in db.models():
+        fam = FAMILIES.get(m.family)
+        if fam is not None:
+            _label(db, m.model_id, m.provenance, m.metrics, fam)
+            count += 1
+    return count
+
+
+def _label(db: Any, model_id: str, prov: dict[str, Any], metrics: dict[str, Any], fam: Family) -> None:
+    db.set_label(model_id, provenance_label(prov, metrics, fam.accuracy_floor), source="provenance",
+                 labeller=PROVENANCE_RULE.split(" ", 1)[0], note=PROVENANCE_RULE)
+
+
+def test_images(family: Family) -> Any:
+    """The family's test images for matrices: the first ``images_per_class`` of each class of
+    its test split (MNIST subset test digits, or the Fashion-MNIST test set)."""
+    from ..data.datasets import fashion_mnist, mnist_subset
+
+    test = mnist_subset("test") if family.data == "mnist-subset" else fashion_mnist("test")
+    return test.stratified(family.images_per_class)
+
+
+def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] = PROBE_LAYERS,
+                   signals: Sequence[str] | None = None, model_name: str | None = None,
+                   normalize: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Evaluate ``model`` over ``orbit`` with an activation probe and return its variance matrices
+    (images correct at the identity) and metrics (from all images):
+
+    ``accuracy_identity``, ``accuracy_worst`` and ``worst_level``, ``accuracy_mean``,
+    ``all_correct_share`` (images correct at every level), ``n_images``, ``n_correct``.
+    """
+    from ..engine.evaluate import evaluate
+    from ..group.orbits import parse_orbit
+    from .matrices import variance_matrices
+
+    orb = parse_orbit(orbit)
+    run = evaluate(model, data, orb, activations=list(layers), model_name=model_name, normalize=normalize)
+    result = run.result
+    names = list(signals) if signals is not None else [s.replace("conv2", layers[0]).replace("conv3", layers[-1])
+                                                           for s in ZOO_SIGNALS]
+    vm = variance_matrices(result, names, split="correct")
+    correct = vm.correct
+    acc = correct.mean(axis=0)
+    worst = int(np.argmin(acc))
+    metrics = {
+        "accuracy_identity": float(acc[vm.identity]),
+        "accuracy_worst": float(acc[worst]),
+        "worst_level": float(vm.levels[worst]),
+        "accuracy_mean": float(acc.mean()),
+        "all_correct_share": float(correct.all(axis=1).mean()),
+        "n_images": int(correct.shape[0]),
+        "n_correct": int(vm.n_images),
+    }
+    return vm, metrics
+
+
+def build_member(family: str | Family, index: int, home: str | Path) -> dict[str, Any]:
+    """Train (or load) member ``index``, compute its matrices and save them; returns the row to
+    record (run in a worker process; the database is written by the caller)."""
+    import torch
+
+    from .modeldb import ModelDatabase
+    from ..training.recipes import cache_path, cached_reference_model
+
+    torch.set_num_threads(1)
+    fam = get_family(family)
+    recipe = member_recipe(fam, index)
+    home = Path(home)
+    cache_dir = home / "models" / "zoo" / fam.name
+    t0 = time.perf_counter()
+    model, info = cached_reference_model(recipe, cache_dir)
+    trained = time.perf_counter() - t0
+    model_id = recipe.name
+    vm, metrics = model_matrices(model, test_images(fam), fam.test_orbit, model_name=model_id)
+    vm.attrs.update(model_id=model_id, family=fam.name)
+    path = ModelDatabase.matrices_path_for(home, fam.name, model_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vm.save(path)
+    metrics.update(test_accuracy_upright=float(info["test_accuracy"]), train_seconds=float(info["train_seconds"]),
+                   build_seconds=time.perf_counter() - t0, trained_now=not info.get("from_cache", False),
+                   load_or_train_seconds=trained)
+    return {"model_id": model_id, "family": fam.name, "member": index, "recipe": recipe.to_dict(),
+            "provenance": provenance(fam, recipe), "weights": str(cache_path(recipe, cache_dir)),
+            "matrices": str(path), "metrics": metrics}
+
+
+def _record(db: Any, row: dict[str, Any], fam: Family) -> None:
+    db.add_model(**row)
+    _label(db, row["model_id"], row["provenance"], row["metrics"], fam)
+
+
+@dataclass
+class BuildReport:
+    """What :func:`build_family` did."""
+
+    family: str
+    requested: int
+    built: list[str]
+    skipped: list[str]
+    failed: dict[str, str]
+    seconds: float
+
+
+def build_family(
+    family: str, n: int, *, store: Any = None, workers: int = 2, start: int = 0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> BuildReport:
+    """Build members ``start … start+n−1`` of ``family`` into the model database of ``store``.
+
+    Members already in the database are skipped (so an interrupted build resumes); the others
+    run in ``workers`` local processes (1 = in this process). ``progress(done, total, model_id)``
+    is called after each member. A member that fails is reported, not fatal.
+    """
+    from .modeldb import ModelDatabase
+
+    fam = get_family(family)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    db = ModelDatabase(store)
+    home = db.store.home
+    indices = range(start, start + n)
+    names = {i: member_recipe(fam, i).name for i in indices}
+    todo = [i for i in indices if not db.has_model(names[i])]
+    skipped = [names[i] for i in indices if i not in todo]
+    built: list[str] = []
+    failed: dict[str, str] = {}
+    t0 = time.perf_counter()
+    done = len(skipped)
+    if progress is not None:
+        progress(done, n, "")
+
+    def finish(index: int, row: dict[str, Any] | None, err: BaseException | None) -> None:
+        nonlocal done
+        name = names[index]
+        if err is not None:
+            failed[name] = f"{type(err).__name__}: {err}"
+            log.warning("zoo member %s failed: %s", name, err)
+        else:
+            assert row is not None
+            _record(db, row, fam)
+            built.append(name)
+        done += 1
+        if progress is not None:
+            progress(done, n, name)
+
+    if workers == 1 or len(todo) <= 1:
+        for i in todo:
+            try:
+                finish(i, build_member(fam, i, home), None)
+            except Exception as exc:  # noqa: BLE001 - reported per member
+                finish(i, None, exc)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(build_member, fam, i, str(home)): i for i in todo}
+            for fut in as_completed(futures):
+                exc = fut.exception()
+                finish(futures[fut], None if exc else fut.result(), exc)
+    return BuildReport(fam.name, n, built, skipped, failed, time.perf_counter() - t0)

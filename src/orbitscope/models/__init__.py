@@ -1,0 +1,18 @@
+"""Models: reference and equivariant architectures, inference optimisation, loading and saving."""
+
+from .equivariant import P4CNN, Symmetrized, symmetrize
+from .reference import (
+    ReferenceCNN,
+    SmallCNN,
+    default_config,
+    eval_mode,
+    fold_batchnorm,
+    model_device,
+    model_hash,
+    optimize_for_inference,
+    set_eval_mode,
+)
+from .registry import ARCHITECTURES, build_model, list_models, register_model
+
+__all__ = ["ARCHITECTURES", "P4CNN", "Symmetrized", "symmetrize", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
+           "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device"]

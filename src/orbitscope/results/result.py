@@ -1,0 +1,221 @@
+"""Evaluation results: a labelled array over ``sample`` × orbit dims, with provenance.
+
+:class:`OrbitResult` wraps an :class:`xarray.Dataset` whose data variables are the task's
+variables (e.g. ``confidence``, ``correct``) with dims ``("sample", *orbit.dims, *extra)`` and
+whose ``attrs`` hold provenance (model id and hash, data id, orbit and task specs, package
+versions, creation time, seed). Attribute access falls through to the dataset, so
+``result.confidence.sel(angle=90)`` works.
+
+Aggregates carry confidence intervals:
+
+* binary variables (``correct``): the **Wilson score interval** for a binomial proportion;
+* continuous variables (``confidence`` …): the **Student-t interval** for the mean,
+  mean ± t_{1-a/2, n-1} · s / sqrt(n) (CLT approximation), clipped to the variable's range
+  when it is a probability.
+"""
+
+from __future__ import annotations
+
+from ..errors import NotFoundError
+
+import json
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy import stats
+
+from ..group.orbits import Orbit, orbit_from_spec
+
+__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit"]
+
+_BINARY = {"correct", "consensus_agreement"}
+_PROBABILITY = {"confidence", "top1_confidence", "correct", "consensus_agreement", "consensus_confidence", "tv_to_consensus"}
+
+
+def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval for a binomial proportion (elementwise); n = 0 gives (0, 1)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    k = np.asarray(successes, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    z = stats.norm.ppf(0.5 + level / 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = k / n_arr
+        denom = 1 + z * z / n_arr
+        centre = (p + z * z / (2 * n_arr)) / denom
+        half = z * np.sqrt(p * (1 - p) / n_arr + z * z / (4 * n_arr * n_arr)) / denom
+    lo = np.where((n_arr > 0) & (k > 0), centre - half, 0.0)  # exact 0 / 1 at k = 0 / k = n
+    hi = np.where((n_arr > 0) & (k < n_arr), centre + half, 1.0)
+    return np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+
+
+def mean_interval(values: np.ndarray, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and Student-t confidence interval along ``axis`` (NaNs ignored)."""
+    v = np.asarray(values, dtype=np.float64)
+    n = np.sum(~np.isnan(v), axis=axis)
+    mean = np.nanmean(v, axis=axis) if v.size else np.full(np.delete(v.shape, axis), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.nanstd(v, axis=axis, ddof=1) if v.shape[axis] > 1 else np.zeros_like(mean)
+        t = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1))
+        half = np.where(n > 1, t * sd / np.sqrt(n), np.inf)
+    return mean, mean - half, mean + half
+
+
+def aggregate(data: xr.Dataset | "OrbitResult", variable: str, *, level: float = 0.95, subset: Any = None) -> xr.Dataset:
+    """Mean of ``variable`` over samples, with a confidence interval per orbit element.
+
+    Args:
+        data: an :class:`OrbitResult` or its dataset.
+        variable: e.g. ``"correct"`` (accuracy, Wilson interval) or ``"confidence"`` (t interval).
+        level: confidence level of the interval.
+        subset: optional boolean mask or index array over samples (e.g. one class).
+
+    Returns:
+        Dataset with ``mean``, ``lower``, ``upper`` (orbit dims) and ``n``; ``attrs["method"]``
+        names the interval.
+    """
+    ds = data.data if isinstance(data, OrbitResult) else data
+    if variable not in ds:
+        raise NotFoundError(f"no variable {variable!r} in this result; it has {sorted(ds.data_vars)}")
+    da = ds[variable]
+    if subset is not None:
+        da = da.isel(sample=np.asarray(subset))
+    axis = da.dims.index("sample")
+    vals = da.values.astype(np.float64)
+    n = vals.shape[axis]
+    dims = [d for d in da.dims if d != "sample"]
+    coords = {d: da.coords[d] for d in dims if d in da.coords}
+    if variable in _BINARY:
+        k = vals.sum(axis=axis)
+        mean = k / n if n else np.full(k.shape, np.nan)
+        lo, hi = wilson_interval(k, n, level)
+        method = f"Wilson score interval, {level:.0%}"
+    else:
+        mean, lo, hi = mean_interval(vals, axis=axis, level=level)
+        if variable in _PROBABILITY:
+            lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
+        method = f"Student-t interval for the mean, {level:.0%}"
+    return xr.Dataset(
+        {"mean": (dims, mean), "lower": (dims, lo), "upper": (dims, hi)},
+        coords=coords,
+        attrs={"variable": variable, "n": int(n), "method": method, "level": level},
+    )
+
+
+class OrbitResult:
+    """Results of evaluating one model over one orbit of one dataset."""
+
+    def __init__(self, data: xr.Dataset) -> None:
+        if "sample" not in data.dims:
+            raise ValueError("an OrbitResult needs a 'sample' dimension")
+        self.data = data
+
+    # provenance ---------------------------------------------------------------------------
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self.data.attrs)
+
+    @property
+    def orbit(self) -> Orbit:
+        return orbit_from_spec(json.loads(self.data.attrs["orbit"]))
+
+    @property
+    def orbit_dims(self) -> tuple[str, ...]:
+        return tuple(json.loads(self.data.attrs["orbit_dims"]))
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.data.sizes["sample"])
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "data":
+            raise AttributeError(name)
+        try:
+            return self.data[name]
+        except KeyError:
+            return getattr(self.data, name)
+
+    def __getitem__(self, name: str) -> xr.DataArray:
+        return self.data[name]
+
+    def __repr__(self) -> str:
+        a = self.data.attrs
+        return (
+            f"OrbitResult(run={a.get('run_id', '?')}, model={a.get('model_name', '?')}, data={a.get('data_id', '?')}, "
+            f"samples={self.n_samples}, orbit={dict(zip(self.orbit_dims, [self.data.sizes[d] for d in self.orbit_dims]))}, "
+            f"variables={sorted(self.data.data_vars)})"
+        )
+
+    # aggregates ---------------------------------------------------------------------------
+    def aggregate(self, variable: str = "correct", *, level: float = 0.95, subset: Any = None) -> xr.Dataset:
+        """See :func:`aggregate`."""
+        return aggregate(self, variable, level=level, subset=subset)
+
+    def summary(self, variable: str = "correct") -> dict[str, Any]:
+        """Headline numbers: value at the identity element, orbit mean, worst and best element.
+
+        Returns a dict with ``at_identity``, ``mean``, ``worst``, ``worst_at`` (coords of the worst
+        element), ``best``, ``best_at`` and ``n_samples``.
+        """
+        agg = self.aggregate(variable)
+        mean = agg["mean"]
+        flat = mean.values.ravel()
+        dims = self.orbit_dims
+        shape = tuple(self.data.sizes[d] for d in dims)
+
+        def coords_at(i: int) -> dict[str, float]:
+            idx = np.unravel_index(i, shape)
+            return {d: float(self.data.coords[d].values[j]) for d, j in zip(dims, idx)}
+
+        ident = self.data.attrs.get("identity_index")
+        worst, best = int(np.nanargmin(flat)), int(np.nanargmax(flat))
+        return {
+            "variable": variable,
+            "n_samples": self.n_samples,
+            "at_identity": float(flat[int(ident)]) if ident not in (None, -1) else None,
+            "mean": float(np.nanmean(flat)),
+            "worst": float(flat[worst]),
+            "worst_at": coords_at(worst),
+            "best": float(flat[best]),
+            "best_at": coords_at(best),
+        }
+
+    def equals(self, other: "OrbitResult") -> bool:
+        """Same variables with identical values (provenance timestamps ignored)."""
+        return bool(self.data.drop_attrs().identical(other.data.drop_attrs()))
+
+
+def assemble_result(
+    layout: dict[str, Any], parts: dict[str, list[np.ndarray]], samples: np.ndarray, attrs: dict[str, Any]
+) -> OrbitResult:
+    """Build an :class:`OrbitResult` from per-chunk arrays (sample-major, in sample order).
+
+    ``layout`` holds ``orbit_dims``, ``orbit_shape``, ``coords`` (per orbit dim) and ``variables``
+    (name -> ``dtype``, ``extra_dims``, ``extra_shape``, optional ``per_sample``: the variable has
+    no orbit dims, e.g. the label or the stored input), as recorded by the engine.
+    """
+    data = {}
+    for name, spec in layout["variables"].items():
+        chunks = parts.get(name, [])
+        orbit_dims = [] if spec.get("per_sample") else list(layout["orbit_dims"])
+        orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
+        empty = (0, *orbit_shape, *spec["extra_shape"])
+        values = np.concatenate(chunks) if chunks else np.empty(empty, spec["dtype"])
+        data[name] = (["sample", *orbit_dims, *spec["extra_dims"]], values)
+    coords: dict[str, Any] = {d: np.asarray(v) for d, v in layout["coords"].items()}
+    coords["sample"] = np.asarray(samples, dtype=np.int64)
+    clean = {k: (json.dumps(v) if isinstance(v, (dict, list, tuple)) else v) for k, v in attrs.items() if v is not None}
+    return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean))
+
+
+def check_same_orbit(a: OrbitResult, b: OrbitResult) -> None:
+    """Raise ValueError unless two results sample the same orbit elements (same dims and grids)."""
+    dims = a.orbit_dims
+    if b.orbit_dims != dims:
+        raise ValueError(f"results have different orbit dims: {dims} vs {b.orbit_dims}")
+    for d in dims:
+        ca, cb = np.asarray(a.data[d].values), np.asarray(b.data[d].values)
+        if ca.shape != cb.shape or not np.allclose(ca, cb):
+            raise ValueError(f"results sample different orbit elements (their {d!r} grids differ); "
+                             "evaluate both on the same orbit")

@@ -1,0 +1,222 @@
+"""A self-contained HTML report comparing runs (works offline: plotly.js is embedded once).
+
+Sections: provenance of each run; a summary table per model (accuracy at the identity element;
+mean, worst and best accuracy over the orbit and where; the non-equivariance score; label-free
+measures when class probabilities were stored); aggregate NERO plots with confidence bands;
+per-class aggregate plots; the dimension-reduction view; and the most orbit-sensitive samples
+with their individual NERO plots and thumbnails. Everything is read from the results; nothing
+is re-evaluated.
+
+Non-equivariance score: the mean over samples of the standard deviation of the metric (default
+the true-class confidence) along the orbit. An invariant model scores 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from .. import __version__
+from .interactive import figure_html, render_plotly
+from ..analysis.nero import METRICS, check_same_samples, prepare_aggregate, prepare_individual
+from ..analysis.ranking import rank_samples
+from ..analysis.reduce import embed, orbit_statistic
+from .reduce_plots import scatter_plotly
+from ..results.result import OrbitResult
+
+__all__ = ["write_report", "summary_rows", "non_equivariance"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
+h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
+table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px solid #ddd;padding:.3rem .6rem;text-align:right}
+th{background:#f5f5f5}td:first-child,th:first-child{text-align:left}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:.5rem}
+.sample{border:1px solid #eee;padding:.4rem}.thumbs img{image-rendering:pixelated;margin-right:.4rem;border:1px solid #ccc}
+.note{color:#555;font-size:.88rem}code{background:#f3f3f3;padding:0 .2rem}
+"""
+
+
+def non_equivariance(result: OrbitResult, metric: str = "confidence") -> float:
+    """Mean over samples of the standard deviation of ``metric`` along the orbit (0 = invariant)."""
+    return float(np.mean(orbit_statistic(result, metric, "std")))
+
+
+def _where(coords: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in coords.items())
+
+
+def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: str = "confidence") -> list[dict[str, Any]]:
+    """One row of headline numbers per model (see the module docstring)."""
+    rows = []
+    for res, label in zip(results, labels):
+        acc = res.summary("correct")
+        row: dict[str, Any] = {
+            "model": label,
+            "samples": acc["n_samples"],
+            "accuracy at identity": acc["at_identity"],
+            "orbit mean accuracy": acc["mean"],
+            "worst accuracy": f"{acc['worst']:.3f} ({_where(acc['worst_at'])})",
+            "best accuracy": f"{acc['best']:.3f} ({_where(acc['best_at'])})",
+            f"non-equivariance (orbit std of {METRICS.get(metric, (metric,))[0]})": non_equivariance(res, metric),
+        }
+        if "probabilities" in res.data:
+            from ..analysis.consensus import invariance_measures, with_consensus
+
+            inv = invariance_measures(res)
+            row["consensus agreement"] = float(with_consensus(res).data["consensus_agreement"].mean())
+            row["prediction flip rate"] = float(inv["flip_rate"].mean())
+            row["agreement with identity"] = float(inv["identity_agreement"].mean())
+        rows.append(row)
+    return rows
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = ""
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c, "")
+            cells.append(f"<td>{v:.3f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>")
+        body += "<tr>" + "".join(cells) + "</tr>"
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _thumbnail(image: np.ndarray, scale: int = 3) -> str:
+    """uint8 (C, H, W) -> <img> with an inline PNG."""
+    arr = np.asarray(image)
+    pil = Image.fromarray(arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1))
+    pil = pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
+    buf = io.BytesIO()
+    pil.save(buf, format="PNG")
+    return f'<img alt="input" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def _transformed_thumbnail(res: OrbitResult, sample: int, element: dict[str, float]) -> str:
+    """The stored input transformed by one orbit element (the report's only computation on data)."""
+    import torch
+
+    from ..kinds.actions import warp_images
+
+    orbit = res.orbit
+    dims = res.orbit_dims
+    idx = np.ravel_multi_index(tuple(int(np.argmin(np.abs(orbit.coords[d] - element[d]))) for d in dims), orbit.shape)
+    x = torch.from_numpy(res.data["input"].sel(sample=sample).values.astype(np.float32) / 255.0)[None]
+    out = warp_images(x, orbit.transforms()[int(idx)], interpolation=res.attrs.get("interpolation", "bilinear"),
+                      padding=res.attrs.get("padding", "zeros"))[0, 0]
+    return _thumbnail((out.numpy() * 255).round().astype(np.uint8))
+
+
+def write_report(
+    results: Sequence[OrbitResult],
+    path: str | Path,
+    *,
+    labels: Sequence[str] | None = None,
+    metric: str = "confidence",
+    method: str = "pca",
+    n_samples: int = 10,
+    title: str = "orbitscope report",
+    seed: int = 0,
+    extra_sections: Sequence[str] = (),
+) -> Path:
+    """Write the report for ``results`` (same orbit) to ``path`` (.html) and return the path.
+
+    ``extra_sections``: HTML fragments appended after the built-in sections, e.g.
+    :meth:`orbitscope.robust.compare.RobustnessComparison.html_section`.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError("give at least one run to report on")
+    p = Path(path)
+    if p.suffix.lower() not in (".html", ".htm"):
+        raise ValueError(f"the report is an HTML file: give a path ending in .html, got {p.name!r}")
+    check_same_samples(results)
+    agg = prepare_aggregate(results, "correct", labels=labels)
+    labels = [s.label for s in agg.series]
+    parts: list[str] = []
+    first = [True]
+
+    def fig(figure: Any, height: int | None = None) -> str:
+        if height:  # small multiples: no repeated legend (the colours match the large plots above)
+            figure.update_layout(height=height, showlegend=False, margin=dict(l=30, r=30, t=60, b=40))
+            figure.update_polars(radialaxis=dict(angle=112, tickangle=112, tickfont=dict(size=9)))
+        out = figure_html(figure, include_plotlyjs=True if first[0] else False)
+        first[0] = False
+        return out
+
+    parts.append(f"<h1>{html.escape(title)}</h1><p class='note'>generated {time.strftime('%Y-%m-%d %H:%M')} by "
+                 f"orbitscope {__version__}; every number below is read from the stored runs.</p>")
+    parts.append("<h2>Runs</h2>" + _table([{
+        "model": lab, "run": r.attrs.get("run_id", ""), "model hash": r.attrs.get("model_hash", ""),
+        "data": r.attrs.get("data_id", ""), "orbit": ", ".join(f"{d} × {r.data.sizes[d]}" for d in r.orbit_dims),
+        "created": r.attrs.get("created", "")} for r, lab in zip(results, labels)]))
+    parts.append("<h2>Summary</h2>" + _table(summary_rows(results, labels, metric)) +
+                 "<p class='note'>Accuracy intervals in the plots are Wilson 95% intervals; confidence bands are "
+                 "Student-t 95% intervals for the mean. Consensus measures (NERO) need no labels but measure "
+                 "self-consistency, not correctness: an invariant but wrong model scores perfectly.</p>")
+
+    parts.append("<h2>Aggregate NERO plots</h2><div class='grid'>")
+    parts.append(fig(render_plotly(agg)))
+    parts.append(fig(render_plotly(prepare_aggregate(results, metric, labels=labels))))
+    if all("probabilities" in r.data for r in results):
+        parts.append(fig(render_plotly(prepare_aggregate(results, "consensus_agreement", labels=labels))))
+    parts.append("</div>")
+
+    if all("label" in r.data for r in results):
+        classes = np.unique(results[0].data["label"].values)
+        parts.append(f"<h2>Per-class aggregate plots ({METRICS['correct'][0]})</h2><div class='grid'>")
+        for c in classes:
+            parts.append(fig(render_plotly(prepare_aggregate(results, "correct", labels=labels, subset=int(c),
+                                                              title=f"class {int(c)}")), height=360))
+        parts.append("</div>")
+
+    parts.append(f"<h2>Dimension reduction ({method}) of per-sample orbit vectors of {METRICS.get(metric, (metric,))[0]}</h2>"
+                 "<div class='grid'>")
+    for res, lab in zip(results, labels):
+        emb = embed(res, metric, method=method, seed=seed)
+        colour = orbit_statistic(res, metric, "mean")
+        parts.append(fig(scatter_plotly(emb, colour, f"orbit mean of {metric}", f"{lab}: {emb.label}"), height=420))
+    parts.append("</div>")
+
+    parts.append(_sensitive_section(results, labels, metric, n_samples, fig))
+    parts.extend(extra_sections)
+    doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+           f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(doc, encoding="utf-8")
+    return p
+
+
+def _sensitive_section(results: list[OrbitResult], labels: list[str], metric: str, n: int, fig: Any) -> str:
+    """The n samples whose metric varies most along the orbit (largest std, over all models)."""
+    stds = np.max([orbit_statistic(r, metric, "std") for r in results], axis=0)
+    order = np.argsort(-stds, kind="stable")[:n]
+    ranking = rank_samples(results[0], metric, by="most_variable")
+    out = [f"<h2>The {len(order)} most orbit-sensitive samples</h2><p class='note'>ranked by the largest standard "
+           f"deviation of {METRICS.get(metric, (metric,))[0]} along the orbit over the models; rank k/N is the rank "
+           f"in {labels[0]}'s own ranking.</p><div class='grid'>"]
+    for pos in order:
+        sample = int(results[0].data.sample.values[pos])
+        ind = prepare_individual(results, sample, metric, labels=labels,
+                                 title=f"sample {sample}: {METRICS.get(metric, (metric,))[0]}")
+        worst_pos = int(np.argmin(ind.series[0].values))
+        worst = {d: float(ind.coords[d][i]) for d, i in zip(ind.dims, np.unravel_index(worst_pos, ind.series[0].values.shape))}
+        ind.marker = worst
+        thumbs = ""
+        if "input" in results[0].data:
+            thumbs = (f"<div class='thumbs'>{_thumbnail(results[0].data['input'].sel(sample=sample).values)}"
+                      f"{_transformed_thumbnail(results[0], sample, worst)}<span class='note'>input, and at "
+                      f"{_where(worst)} (worst for {html.escape(labels[0])})</span></div>")
+        rank = ranking.rank_of(int(pos))
+        out.append(f"<div class='sample'><b>sample {sample}</b> · label {ind.info.get('label', '?')} · "
+                   f"orbit std {stds[pos]:.3f} · rank {rank}/{len(ranking)}{thumbs}{fig(render_plotly(ind), 340)}</div>")
+    out.append("</div>")
+    return "".join(out)
