@@ -1,7 +1,8 @@
 """Orbit-evaluation throughput and memory, measured side by side in one run.
 
 Same inputs for every path: N real MNIST digits × 73 rotation angles (0…360° by 5°), the
-reference CNN (NERO's 6-block shape), CPU threads as torch sets them.
+reference CNN (our small 6-block ReferenceCNN, not NERO's larger NeroCNN), CPU threads as torch
+sets them.
 
   (a) bare cost: the plain eager model forward, batch 512, on inputs rotated beforehand;
   (b) orbitscope.evaluate end to end (warp, forward, scoring, chunked store writes), with

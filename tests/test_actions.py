@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from orbitscope.kinds.actions import (
+from orbitscope.kinds import (
     act,
     list_kinds,
     rotate_images,
@@ -224,9 +224,13 @@ def test_point_clouds():
 
 
 def test_act_dispatch_and_errors():
-    assert set(list_kinds()) == {"image", "frames", "label", "boxes", "keypoints", "flow", "points"}
+    assert set(list_kinds()) == {"image", "window", "frames", "label", "scores", "boxes", "keypoints", "flow", "points"}
     labels = torch.tensor([3, 1])
-    assert act("label", labels, Rotation([45.0]).transforms()) is labels
+    # labels are invariant: the orbit layout repeats them per element (K, B), like every kind's
+    # (K, B, ...) layout; the paired layout returns them unchanged
+    two = Rotation([45.0, 90.0]).transforms()
+    assert torch.equal(act("label", labels, two), torch.tensor([[3, 1], [3, 1]]))
+    assert act("label", labels, two, layout="paired") is labels
     with pytest.raises(ValueError, match="unknown data kind"):
         act("mesh", labels, Rotation([0.0]).transforms())
     with pytest.raises(ValueError, match="B, C, H, W"):

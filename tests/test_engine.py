@@ -526,13 +526,27 @@ def test_reference_cnn_wrong_size_is_model_error():
         evaluate(ReferenceCNN(), (images, np.array([0, 1])), Rotation([0]))
 
 
-def test_model_returning_non_tensor_is_model_error():
-    class TupleModel(nn.Module):
-        def forward(self, x):
-            return (x.flatten(1)[:, :3],)
+def test_model_outputs_are_read_by_the_task():
+    """Task v2: a (logits, features) tuple is read as its logits; a non-tensor output is a ModelError."""
 
-    with pytest.raises(ModelError, match="tuple"):
-        evaluate(TupleModel(), (np.zeros((2, 1, 8, 8), np.float32), np.array([0, 1])), Rotation([0]))
+    class Logits(nn.Module):
+        def forward(self, x):
+            return x.flatten(1)[:, :3] * 10
+
+    class TupleModel(Logits):
+        def forward(self, x):
+            return super().forward(x), x.mean()
+
+    class SetModel(nn.Module):
+        def forward(self, x):
+            return {"features": x}
+
+    data = (np.random.default_rng(0).random((4, 1, 8, 8), dtype=np.float32), np.array([0, 1, 2, 0]))
+    plain = evaluate(Logits(), data, Rotation([0, 45])).result
+    tupled = evaluate(TupleModel(), data, Rotation([0, 45])).result
+    np.testing.assert_array_equal(plain.confidence.values, tupled.confidence.values)
+    with pytest.raises(ModelError, match="dict"):
+        evaluate(SetModel(), data, Rotation([0]))
 
 
 @pytest.mark.parametrize("bad", [1.5, -0.2])

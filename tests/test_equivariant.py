@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from orbitscope import Classification, Rotation, Rotation90, Translation, evaluate, load_model, save_model
-from orbitscope.kinds.actions import warp_images
+from orbitscope.kinds import warp_images
 from orbitscope.data.datasets import mnist_subset
 from orbitscope.models.equivariant import (
     P4CNN,

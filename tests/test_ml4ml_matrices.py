@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from orbitscope import evaluate
-from orbitscope.kinds.actions import rotate_images
+from orbitscope.kinds import rotate_images
 from orbitscope.engine.activations import STATS, ActivationProbe, activation_stats
 from orbitscope.group.orbits import Rotation, parse_orbit
 from orbitscope.ml4ml.matrices import VarianceMatrices, ml4ml_signals, read_signals, variance_matrices, variance_matrix

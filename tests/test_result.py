@@ -227,8 +227,12 @@ def test_aggregate_confidence_is_t_interval(evaluated):
 
 
 def test_aggregate_clips_probability_intervals_to_unit_range():
+    from orbitscope.tasks import Classification
+
+    meta = {v.name: v.attrs() for v in Classification().variables()}  # what a result's variables carry
     vals = np.array([[0.0, 1.0], [0.0, 1.0], [0.0, 0.02], [0.3, 1.0]])
-    ds = xr.Dataset({"confidence": (("sample", "angle"), vals), "entropy": (("sample", "angle"), vals - 0.5)},
+    ds = xr.Dataset({"confidence": (("sample", "angle"), vals, meta["confidence"]),
+                     "entropy": (("sample", "angle"), vals - 0.5, meta["entropy"])},
                     coords={"angle": [0.0, 90.0]})
     agg = aggregate(ds, "confidence")
     assert np.all(agg["lower"].values >= 0) and np.all(agg["upper"].values <= 1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from orbitscope.kinds.actions import warp_images
+from orbitscope.kinds import warp_images
 from orbitscope.robust.samplers import (
     GaussianNoise,
     L2Uniform,

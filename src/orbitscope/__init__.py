@@ -11,7 +11,7 @@ Quick tour::
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .kinds.actions import act, list_kinds, rotate_images, warp_images
+from .kinds import act, list_kinds, rotate_images, warp_images
 from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
 from .data.datasets import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
 from .models.equivariant import P4CNN, symmetrize
@@ -39,7 +39,7 @@ from .ml4ml.modeldb import ModelDatabase
 from .models.reference import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
 from .results.result import OrbitResult, aggregate, wilson_interval
 from .results.store import Store, StoreError
-from .tasks.base import Classification, Task
+from .tasks import Classification, Task
 from .training.recipes import TrainRecipe, cached_reference_model, train_classifier
 
 __all__ = [

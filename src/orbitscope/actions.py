@@ -1,5 +1,17 @@
-"""Moved to :mod:`orbitscope.kinds.actions`; this name is kept so existing imports keep working."""
+"""Moved to :mod:`orbitscope.kinds` (one module per data kind); this name is kept so existing
+imports keep working."""
 
-from .kinds.actions import warp_images, rotate_images, act, list_kinds, transform_boxes, transform_keypoints, transform_points, transform_flow, transform_frames  # noqa: F401
+from .kinds import (  # noqa: F401
+    act,
+    list_kinds,
+    rotate_images,
+    transform_boxes,
+    transform_flow,
+    transform_frames,
+    transform_keypoints,
+    transform_points,
+    warp_images,
+)
 
-__all__ = ['warp_images', 'rotate_images', 'act', 'list_kinds', 'transform_boxes', 'transform_keypoints', 'transform_points', 'transform_flow', 'transform_frames']
+__all__ = ["warp_images", "rotate_images", "act", "list_kinds", "transform_boxes", "transform_keypoints",
+           "transform_points", "transform_flow", "transform_frames"]

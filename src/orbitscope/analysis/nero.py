@@ -8,7 +8,10 @@ stored results into a :class:`NeroData` (values, bands, layout, labels, colours,
 so both show the same numbers.
 
 Layouts follow the orbit's topology: one ``angle`` dim -> polar; two dims -> heatmap; one other
-dim -> line.
+dim -> line; D4 × time reversal (``("time_reversed", "d4")``) or D4 (``("d4",)``) -> NERO's
+mosaic; NERO's SO(3) sample (``("plane", "axis_angle", "rotation_angle")``) -> one polar disk per
+plane. Values may carry extra dims after the orbit dims (per-pixel maps ``("y", "x")``), which the
+mosaic draws inside its cells.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ __all__ = [
     "prepare_aggregate",
     "prepare_individual",
     "layout_kind",
+    "D4_NAMES",
+    "SO3_PLANES",
 ]
 
 #: Consistent model colours (colour-blind-safe Okabe–Ito order), by position in a comparison.
@@ -68,7 +73,7 @@ class NeroSeries:
 class NeroData:
     """Everything a view needs to draw one NERO plot."""
 
-    kind: str  # "polar" | "heatmap" | "line"
+    kind: str  # "polar" | "heatmap" | "line" | "mosaic" | "disk"
     scope: str  # "aggregate" | "individual"
     metric: str
     metric_label: str
@@ -88,11 +93,59 @@ class NeroData:
         missing = set(self.dims) - set(self.marker)
         if missing:
             raise ValueError(f"marker must give a value for every orbit dim; missing {sorted(missing)}")
-        return tuple(int(np.argmin(np.abs(self.coords[d] - float(self.marker[d])))) for d in self.dims)
+        return tuple(_nearest(d, np.asarray(self.coords[d]), self.marker[d]) for d in self.dims)
+
+
+#: D4 element names by index ``d`` along a ``d4`` orbit dim (NERO's order); index 8 + d of a
+#: ``("time_reversed", "d4")`` orbit is element d time reversed.
+D4_NAMES = ("identity", "anti-diagonal flip", "rot90", "horizontal flip", "rot180", "diagonal flip", "rot270",
+            "vertical flip")
+#: Rotation planes of NERO's SO(3) sample, by the ``plane`` coordinate 0, 1, 2.
+SO3_PLANES = ("xy", "xz", "yz")
+_MOSAIC_DIMS = {("time_reversed", "d4"), ("d4",)}
+_DISK_DIMS = ("plane", "axis_angle", "rotation_angle")
+#: Orbit dims whose elements may also be named in a marker (name -> position along the dim).
+_NAMED = {"d4": D4_NAMES, "plane": SO3_PLANES}
+
+
+def _coord_values(values: Any) -> np.ndarray:
+    """Orbit coordinates as float (numbers, booleans), or as they are (names)."""
+    arr = np.asarray(values)
+    return arr.astype(float) if arr.dtype.kind in "biuf" else arr
+
+
+def _nearest(dim: str, coords: np.ndarray, value: Any) -> int:
+    """Position along ``dim`` of the element nearest to a marker value (a number, or a name such as
+    ``"xz"`` for a plane or ``"rot90"`` for a D4 element)."""
+    numeric = coords.dtype.kind in "biuf"
+    if isinstance(value, str):
+        names = _NAMED.get(dim, ())
+        if not numeric and value in coords.tolist():
+            return coords.tolist().index(value)
+        if value in names:  # positions 0..n-1, which are also the numeric coordinates
+            if not numeric:
+                return names.index(value)
+            value = names.index(value)
+        elif dim == "time_reversed" and value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        else:
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"unknown {dim} {value!r} in marker; expected a number"
+                                 + (f" or one of {list(names)}" if names else "")) from None
+    if not numeric:
+        raise ValueError(f"marker for {dim} must be one of {coords.tolist()}, got {value!r}")
+    return int(np.argmin(np.abs(coords - float(value))))
 
 
 def layout_kind(dims: Sequence[str]) -> str:
     """The NERO layout for an orbit's dims."""
+    dims = tuple(dims)
+    if dims in _MOSAIC_DIMS:
+        return "mosaic"
+    if dims == _DISK_DIMS:
+        return "disk"
     if len(dims) == 1:
         return "polar" if dims[0] == "angle" else "line"
     if len(dims) == 2:
@@ -208,7 +261,7 @@ def prepare_aggregate(
     n = int(np.sum(subset)) if subset is not None and np.asarray(subset).dtype == bool else None
     return NeroData(
         kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
-        coords={d: results[0].data.coords[d].values.astype(float) for d in dims}, series=series,
+        coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
         value_range=_value_range(metric, series), title=title or f"aggregate NERO plot: {label}{where}",
         band_method=method, marker=marker, info={"subset": None if subset is None else str(subset)[:40], "n": n},
     )
@@ -242,7 +295,7 @@ def prepare_individual(
         info["label"] = int(results[0].data["label"].sel(sample=sample))
     return NeroData(
         kind=layout_kind(dims), scope="individual", metric=metric, metric_label=label, dims=dims,
-        coords={d: results[0].data.coords[d].values.astype(float) for d in dims}, series=series,
+        coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
         value_range=_value_range(metric, series),
         title=title or f"individual NERO plot: {label}, sample {sample}"
         + (f" (label {info['label']})" if "label" in info else ""),

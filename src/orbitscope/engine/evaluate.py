@@ -1,13 +1,13 @@
-"""The evaluation engine: stream a dataset, expand each batch over an orbit, run, score, store.
+"""``evaluate``: plan chunk jobs, hand them to an executor, record each chunk once.
 
-For every chunk of ``batch_size`` samples the engine warps the chunk by all orbit elements in
-batched ``grid_sample`` calls (the batch folded into channels, one grid per element), feeds the
-model slices of about ``forward_batch`` transformed images under ``torch.inference_mode``, scores
-them with the task, and writes the chunk's arrays (sample × orbit element) to the store before
-moving on. Peak memory is bounded by one chunk, independent of the dataset's size. A run is
-identified by what determines its numbers (model weights, data, orbit, task, chunking,
-normalisation, interpolation); evaluating the same thing again resumes an interrupted run or
-returns a finished one from the store.
+For every chunk of ``batch_size`` samples the engine applies all orbit elements to the inputs and
+the targets through their data kinds (one batched warp per slice of elements for images), feeds
+the model slices of about ``forward_batch`` transformed inputs under ``torch.inference_mode``,
+scores them with the task (which sees each row's element), and the one writer records the chunk's
+arrays (sample × orbit element) in the store before the next. Peak memory is bounded by one chunk
+per worker, independent of the dataset's size. A run is identified by what determines its numbers
+(model weights, data, orbit, task, chunking, normalisation, interpolation, …); evaluating the same
+thing again resumes an interrupted run or returns a finished one from the store.
 """
 
 from __future__ import annotations
@@ -15,27 +15,32 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import platform
+import shutil
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.data._utils.collate import default_collate
+from torch import nn
 
-from ..kinds.actions import warp_images
-from ..errors import DataError, ModelError
-from .activations import ActivationProbe
+from ..errors import DataError, ModelError, SpecError
+from ..group.elements import unique_elements
 from ..group.orbits import Orbit
+from ..kinds.base import Kind, get_kind
 from ..results.result import OrbitResult, assemble_result
 from ..results.store import Store, open_store
-from ..tasks.base import Classification, Task, Variable
+from ..tasks import Classification, Task, Variable
+from ..tasks.variables import ENGINE_VARIABLES
+from .activations import ActivationProbe
+from .chunk import ChunkJob, EvalContext, evaluate_chunk
+from .executors import Executor, get_executor
+from .model_call import ModelCall, Normalizer
+from .source import DataSource
 
-__all__ = ["evaluate", "Run", "ModelError", "DataError"]
+__all__ = ["evaluate", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for"]
 
 log = logging.getLogger(__name__)
 
@@ -55,126 +60,6 @@ class Run:
         return self.result.summary(variable)
 
 
-# ---------------------------------------------------------------------------------------------
-# data sources
-# ---------------------------------------------------------------------------------------------
-
-
-class _Source:
-    """Uniform chunked access to arrays, map-style datasets and data loaders."""
-
-    def __init__(self, data: Any, batch_size: int, data_id: str | None) -> None:
-        self.loader: DataLoader | None = None
-        self.dataset: Dataset | None = None
-        if isinstance(data, DataLoader):
-            if data.batch_size is None:
-                raise DataError("a DataLoader given to evaluate needs a fixed batch_size")
-            if not isinstance(data.sampler, torch.utils.data.SequentialSampler):
-                raise DataError(
-                    "a DataLoader given to evaluate must not shuffle or use a custom sampler: results are indexed "
-                    "by position and runs resume by chunk (use shuffle=False)"
-                )
-            self.loader = data
-            self.chunk_size = int(data.batch_size)
-            try:
-                self.n: int | None = len(data.dataset)  # type: ignore[arg-type]
-            except TypeError:
-                self.n = None
-            inner = data.dataset
-        elif isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
-            images, targets = (torch.as_tensor(np.asarray(a)) if not isinstance(a, Tensor) else a for a in data)
-            if len(images) != len(targets):
-                raise DataError(f"images and targets differ in length: {len(images)} vs {len(targets)}")
-            self.dataset = torch.utils.data.TensorDataset(images, targets)
-            self.chunk_size, self.n = batch_size, len(images)
-            inner = None
-            data_id = data_id or "arrays:" + _hash_arrays(images, targets)
-        elif isinstance(data, Dataset) and hasattr(data, "__getitem__") and hasattr(data, "__len__"):
-            self.dataset = data
-            self.chunk_size, self.n = batch_size, len(data)  # type: ignore[arg-type]
-            inner = data
-        else:
-            raise TypeError(
-                "data must be a torch Dataset of (input, target), a DataLoader, or a pair (images, targets) of "
-                f"arrays; got {type(data).__name__}"
-            )
-        self.data_id = data_id or getattr(inner, "data_id", None) or f"{type(inner).__name__}:{self.n}"
-
-    def input_numel(self) -> int | None:
-        """Values per input (C·H·W), probed once from the first item; None for loaders."""
-        if not hasattr(self, "_numel"):
-            has_item = self.dataset is not None and (self.n or 0) > 0
-            self._numel = int(torch.as_tensor(self.dataset[0][0]).numel()) if has_item else None  # type: ignore[index]
-        return self._numel
-
-    def chunks(self, skip: set[int]) -> Iterator[tuple[int, int, Any]]:
-        """Yield (chunk index, first sample index, collated batch) for chunks not in ``skip``."""
-        if self.loader is not None:
-            start = 0
-            for i, batch in enumerate(self.loader):
-                size = len(batch[0])
-                if i not in skip:
-                    yield i, start, batch
-                start += size
-            return
-        assert self.dataset is not None and self.n is not None
-        for i, start in enumerate(range(0, self.n, self.chunk_size)):
-            if i in skip:
-                continue
-            stop = min(start + self.chunk_size, self.n)
-            yield i, start, default_collate([self.dataset[j] for j in range(start, stop)])
-
-
-def _hash_arrays(*arrays: Tensor) -> str:
-    h = hashlib.sha256()
-    for a in arrays:
-        t = a.detach().cpu().contiguous()
-        h.update(str((tuple(t.shape), str(t.dtype))).encode())
-        h.update(t.numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def _prepare_images(x: Any, device: torch.device) -> Tensor:
-    x = torch.as_tensor(x)
-    if x.ndim == 3:
-        raise DataError(f"inputs must be (B, C, H, W); got (B, H, W) = {tuple(x.shape)}: add a channel dim")
-    if x.ndim != 4:
-        raise DataError(f"inputs must be images (B, C, H, W), got shape {tuple(x.shape)}")
-    if x.dtype == torch.uint8:
-        x = x.float() / 255.0
-    elif not x.is_floating_point():
-        raise DataError(f"images must be float in [0, 1] or uint8, got {x.dtype}")
-    x = x.to(device=device, dtype=torch.float32)
-    lo, hi = float(x.min()), float(x.max())
-    if lo < -1e-6 or hi > 1 + 1e-6:
-        raise DataError(
-            f"images must be in [0, 1] before model normalisation (found values in [{lo:.3g}, {hi:.3g}]); "
-            "pass un-normalised images and give the model's normalisation as normalize=(mean, std)"
-        )
-    return x
-
-
-# ---------------------------------------------------------------------------------------------
-# model
-# ---------------------------------------------------------------------------------------------
-
-
-def _forward(model: nn.Module, x: Tensor, channels_last: bool) -> Tensor:
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    try:
-        out = model(x)
-    except (RuntimeError, ValueError, TypeError, AssertionError) as exc:
-        raise ModelError(
-            f"the model failed on a batch of shape {tuple(x.shape)} (B, C, H, W) after the orbit transform "
-            f"and normalisation: {exc}. Check that the model accepts inputs of this channel count and size "
-            "(a torch.export graph needs a dynamic batch dimension: export with dynamic_shapes)."
-        ) from exc
-    if not isinstance(out, Tensor):
-        raise ModelError(f"the model must return a tensor of scores, got {type(out).__name__}")
-    return out
-
-
 def _model_identity(model: nn.Module) -> tuple[str, str]:
     from ..models.reference import model_hash
 
@@ -182,9 +67,49 @@ def _model_identity(model: nn.Module) -> tuple[str, str]:
     return h, f"{type(model).__name__}-{h}"
 
 
-# ---------------------------------------------------------------------------------------------
-# evaluate
-# ---------------------------------------------------------------------------------------------
+def forward_batch_for(forward_batch: int, memory_budget_mb: float, input_numel: int | None) -> int:
+    """Transformed inputs per model call: ``forward_batch`` capped so that activations of at most
+    64× the input size per input fit in ``memory_budget_mb``."""
+    if input_numel is None:
+        return forward_batch
+    per_image = input_numel * 4 * 64
+    return int(max(1, min(forward_batch, memory_budget_mb * 2**20 // per_image)))
+
+
+def plan_jobs(source: DataSource, skip: set[int], seed: int) -> Iterator[ChunkJob]:
+    """Chunk jobs for every chunk not in ``skip`` (map-style sources: descriptions only; loaders:
+    with their batch, read in order as the jobs are consumed)."""
+    if source.random_access:
+        for i in range(source.n_chunks or 0):
+            if i not in skip:
+                start, stop = source.chunk_range(i)
+                yield ChunkJob(i, start, stop, seed + i)
+        return
+    for i, start, batch in source.chunks(skip):
+        yield ChunkJob(i, start, start + len(batch[0]), seed + i, batch=batch)
+
+
+def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int) -> None:
+    """Refuse evaluations whose results could not possibly fit (memory, or the store's disk)."""
+    if n is None:
+        return
+    cells = n * orbit.size
+    need = cells * 4 * max(n_vars, 1)  # at least 4 bytes per variable and element
+    if store is not None:
+        free = shutil.disk_usage(store.home).free
+        where = f"the free disk space at {store.home}"
+    else:
+        try:
+            free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+            return
+        where = "the available memory (pass store=... to write chunk by chunk)"
+    if need > free:
+        raise DataError(
+            f"this evaluation would record {n:,} samples × {orbit.size:,} orbit elements × {n_vars} variables "
+            f"≈ {need / 2**30:,.1f} GiB, more than {where} ({free / 2**30:,.1f} GiB); use a coarser orbit "
+            "or fewer samples"
+        )
 
 
 def evaluate(
@@ -204,42 +129,57 @@ def evaluate(
     normalize: tuple[Sequence[float], Sequence[float]] | None = None,
     interpolation: str = "bilinear",
     padding: str = "zeros",
+    view_size: tuple[int, int] | None = None,
     optimize: bool = False,
     seed: int = 0,
     store_inputs: bool | None = None,
     activations: ActivationProbe | Sequence[str] | None = None,
+    consensus: bool = False,
+    executor: str | Executor | None = None,
     resume: bool = True,
     progress: Progress | None = None,
 ) -> Run:
     """Evaluate ``model`` on every sample of ``data`` transformed by every element of ``orbit``.
 
     Args:
-        model: a PyTorch module mapping images (B, C, H, W) to outputs the task reads (for
-            classification: (B, classes) logits or probabilities).
-        data: a map-style torch Dataset of (image (C, H, W) in [0, 1], target), a DataLoader with a
-            fixed batch size, or a pair (images (N, C, H, W), targets (N,)) of arrays/tensors.
+        model: a PyTorch module mapping the task's inputs (images (B, C, H, W) for
+            classification) to outputs the task reads (for classification: (B, classes) logits or
+            probabilities).
+        data: a map-style torch Dataset of (input, target) items, a DataLoader with a fixed batch
+            size, or a pair (inputs, targets) of arrays/tensors.
         orbit: the group sample, e.g. ``Rotation(range(0, 361, 5))``; its dims become result dims.
-        task: how outputs are scored (default :class:`Classification`).
+        task: how outputs are scored (default :class:`~orbitscope.tasks.Classification`); its
+            input and target kinds say how each element acts on the data.
         store: a :class:`Store` or its directory, to write the run chunk by chunk (resumable);
             None keeps the result in memory only.
         name: a human-readable run name (default ``<model>-<orbit kind>``).
         batch_size: samples per chunk (the unit of storage and of resumption).
-        forward_batch: transformed images per model call (capped by ``memory_budget_mb``, which
-            assumes activations of at most 64× the input size per image).
-        device: where warping and the model run (default: the model's device).
+        forward_batch: transformed inputs per model call (capped by ``memory_budget_mb``, which
+            assumes activations of at most 64× the input size per input).
+        device: where the actions and the model run (default: the model's device).
         normalize: ``(mean, std)`` per channel, applied after the orbit transform.
-        interpolation, padding: image resampling (see :func:`orbitscope.kinds.actions.warp_images`).
+        interpolation, padding: resampling of images, frames and flow fields (see
+            :func:`orbitscope.kinds.warp_images`).
+        view_size: (h, w) of the field of view for a task whose input kind is ``"window"``
+            (a window over a larger context image).
         optimize: fold BatchNorm into convolutions and use channels_last (eval-mode numerics are
             unchanged up to float rounding).
         seed: seeds torch's RNG per chunk, so results do not depend on where a run resumed.
-        store_inputs: keep each untransformed input as uint8 (variable ``input``, sample ×
-            channel × y × x) so views can show it and re-transform it; default: only when an
-            input has at most 3 × 128 × 128 values. The target is always kept (``label``).
+        store_inputs: keep each untransformed input as uint8 (variable ``input``) so views can
+            show it and re-transform it; default: only for images with at most 3 × 128 × 128
+            values. The target is always kept as the target kind stores it (``label`` for
+            classification).
         activations: also record statistics of intermediate activations (an
-            :class:`~orbitscope.engine.activations.ActivationProbe`, or layer names for all statistics),
-            captured with forward hooks in the same pass: variable ``activation`` with dims
-            ``(sample, *orbit dims, layer, stat)``. Not combinable with ``optimize=True`` (folding
-            BatchNorm would change what a convolution's output means).
+            :class:`~orbitscope.engine.activations.ActivationProbe`, or layer names for all
+            statistics), captured with forward hooks in the same pass: variable ``activation``
+            with dims ``(sample, *orbit dims, layer, stat)``. Not combinable with
+            ``optimize=True`` (folding BatchNorm would change what a convolution's output means).
+        consensus: also score every element against NERO's consensus (label-free): the outputs
+            mapped back by g⁻¹, averaged over the distinct elements by the task's rule, and
+            re-applied by g; recorded as the task's consensus variables (e.g.
+            ``consensus_agreement``).
+        executor: where chunks run: ``"local"`` (default), ``"process"`` (a process pool), or an
+            :class:`~orbitscope.engine.executors.Executor`. Results are identical whichever ran.
         resume: reuse a finished run / continue an unfinished one with the same identity.
         progress: called as ``progress(samples_done, n_samples)`` after each chunk.
 
@@ -251,25 +191,35 @@ def evaluate(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(orbit, Orbit):
         raise TypeError(f"orbit must be an orbitscope Orbit (e.g. Rotation(...)), got {type(orbit).__name__}")
-    if task.input_kind != "image":
-        raise ValueError(f"the engine evaluates image inputs; task {task.kind!r} needs {task.input_kind!r}")
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be an orbitscope Task (e.g. Classification()), got {type(task).__name__}")
     if batch_size < 1 or forward_batch < 1:
-        raise ValueError("batch_size and forward_batch must be >= 1")
+        raise SpecError("batch_size and forward_batch must be >= 1")
+    if not (isinstance(memory_budget_mb, (int, float)) and np.isfinite(memory_budget_mb) and memory_budget_mb > 0):
+        raise SpecError(f"memory_budget_mb must be a positive number of megabytes, got {memory_budget_mb!r}")
+    if consensus and not task.supports_consensus:
+        raise SpecError(f"task {task.kind!r} defines no consensus; evaluate without consensus=True")
+    input_kind, target_kind = get_kind(task.input_kind), get_kind(task.target_kind)
+    output_kind = get_kind(task.output_kind) if task.output_kind else None
     from ..models.reference import eval_mode, model_device
 
     device = torch.device(device) if device is not None else model_device(model)
-    source = _Source(data, batch_size, data_id)
+    source = DataSource(data, batch_size, data_id, collate=task.collate)
     transforms = orbit.transforms()
-    if transforms.dim != 2:
-        raise ValueError(f"orbit {orbit!r} acts in 3-D and cannot act on images")
-    norm = _normalizer(normalize, device)
+    if transforms.dim != 2 and task.input_kind in ("image", "window", "frames", "flow"):
+        raise SpecError(f"orbit {orbit!r} acts in 3-D and cannot act on {task.input_kind} inputs; use a planar "
+                        "orbit, or a task whose input kind is 'points'")
+    norm = Normalizer(normalize, device)
     probe: ActivationProbe | None = None
     if activations is not None:
         if optimize:
-            raise ValueError("activations cannot be recorded with optimize=True (BatchNorm folding changes the "
-                             "hooked layers' outputs); use optimize=False")
+            raise SpecError("activations cannot be recorded with optimize=True (BatchNorm folding changes the "
+                            "hooked layers' outputs); use optimize=False")
         probe = activations if isinstance(activations, ActivationProbe) else ActivationProbe(tuple(activations))
         probe = probe.resolve(model)
+    st = open_store(store) if store is not None else None
+    _check_size(source.n, orbit, st, len(task.variables(0)) + (len(task.consensus_variables()) if consensus else 0))
+    runner = get_executor(executor)
 
     with eval_mode(model):  # each submodule's mode is restored exactly afterwards
         mhash, mid = _model_identity(model)
@@ -279,7 +229,7 @@ def evaluate(
 
             run_model = optimize_for_inference(model, fold_bn=True, channels_last=True)
         run_model = run_model.to(device)
-        keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source)
+        keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source, task)
         config = {
             "result_format": 2,  # bump when the stored variables change
             "store_inputs": keep_inputs,
@@ -292,13 +242,19 @@ def evaluate(
             "orbit": orbit.spec(),
             "task": task.spec(),
             "chunk_size": source.chunk_size,
-            "normalize": [list(map(float, v)) for v in normalize] if normalize else None,
+            "normalize": norm.spec,
             "interpolation": interpolation,
             "padding": padding,
             "seed": seed,
         }
-        if probe is not None:  # only when used, so run ids without probes stay as they were
+        # options added after result format 2 enter the identity only when used, so earlier run
+        # ids stay as they were
+        if probe is not None:
             config["activations"] = probe.spec()
+        if consensus:
+            config["consensus"] = True
+        if view_size is not None:
+            config["view_size"] = [int(v) for v in view_size]
         run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         model_name = model_name or getattr(model, "name", None) or type(model).__name__
         attrs = {
@@ -321,7 +277,10 @@ def evaluate(
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "device": str(device),
         }
-        st = open_store(store) if store is not None else None
+        if consensus:
+            attrs["consensus"] = True
+        if view_size is not None:
+            attrs["view_size"] = config["view_size"]
         skip: set[int] = set()
         if st is not None:
             rec = st.find_run(run_id)
@@ -336,107 +295,110 @@ def evaluate(
                 st.delete_run(run_id)
             st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
         name = name or f"{model_name}-{orbit.kind}"
-        fb = _forward_batch(forward_batch, memory_budget_mb, source)
-        parts: dict[str, list[np.ndarray]] = {}
-        layout: dict[str, Any] | None = None
-        samples: list[np.ndarray] = []
+        fb = forward_batch_for(forward_batch, memory_budget_mb, source.input_numel())
+        options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
+        if view_size is not None:
+            options["view_size"] = (int(view_size[0]), int(view_size[1]))
+        weights = None
+        if consensus:
+            weights = np.zeros(len(transforms))
+            weights[np.unique(unique_elements(transforms))] = 1.0
+        ctx = EvalContext(
+            call=ModelCall(run_model, read=task.read_outputs, normalize=norm, channels_last=optimize, forward_batch=fb,
+                           what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform"),
+            task=task, input_kind=input_kind, target_kind=target_kind, output_kind=output_kind,
+            transforms=transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
+            action_options=options, probe=probe, keep_inputs=keep_inputs, consensus=consensus,
+            consensus_weights=weights,
+        )
+        variables = {v.name: v for v in task.variables(0)}
+        if consensus:
+            variables.update({v.name: v for v in task.consensus_variables()})
+        if probe is not None:
+            variables["activation"] = ENGINE_VARIABLES["activation"]
+        writer = _Writer(st, run_id, orbit, variables, probe, (target_kind, input_kind), dict(name=name, model_id=mid,
+                         data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,
+                         chunk_size=source.chunk_size))
         done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
-        created = False
-        for chunk, start, batch in source.chunks(skip):
-            images, targets = batch[0], batch[1]
-            x = _prepare_images(images, device)
-            with torch.random.fork_rng(devices=[]), torch.inference_mode():
-                torch.manual_seed(seed + chunk)
-                arrays = _evaluate_chunk(run_model, x, torch.as_tensor(targets), transforms, orbit, task, norm, fb,
-                                         interpolation, padding, optimize, start, probe)
-            arrays["label"] = torch.as_tensor(targets).cpu().numpy().astype(np.int64).reshape(len(x))
-            if keep_inputs:
-                arrays["input"] = _quantise(x)
-            if layout is None:
-                layout = _layout(orbit, task, arrays, probe)
-            if st is not None:
-                if not created:
-                    st.create_run(run_id, name=name, model_id=mid, data_id=source.data_id, orbit=orbit.spec(),
-                                  task=task.spec(), layout=layout, attrs=attrs, n_samples=source.n,
-                                  chunk_size=source.chunk_size)
-                    created = True
-                st.write_chunk(run_id, chunk, start, arrays)
-            else:
-                for k, v in arrays.items():
-                    parts.setdefault(k, []).append(v)
-                samples.append(np.arange(start, start + len(x)))
-            done += len(x)
+        for job, arrays in runner.map(evaluate_chunk, plan_jobs(source, skip, seed), ctx):
+            writer.write(job, arrays)
+            done += job.stop - job.start
             if progress is not None:
                 progress(done, source.n)
+        return writer.finish(done, attrs)
+
+
+class _Writer:
+    """The one writer: records chunks in the store (or keeps them in memory) as they arrive."""
+
+    def __init__(self, store: Store | None, run_id: str, orbit: Orbit, variables: dict[str, Variable],
+                 probe: ActivationProbe | None, kinds: Sequence[Kind], create: dict[str, Any]) -> None:
+        self.kinds = kinds
+        self.store, self.run_id, self.orbit, self.variables, self.probe = store, run_id, orbit, variables, probe
+        self.create = create
+        self.layout: dict[str, Any] | None = None
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.samples: list[np.ndarray] = []
+        self.created = False
+
+    def write(self, job: ChunkJob, arrays: dict[str, np.ndarray]) -> None:
+        if self.layout is None:
+            self.layout = _layout(self.orbit, self.variables, arrays, self.probe, self.kinds)
+        if self.store is not None:
+            if not self.created:
+                self.store.create_run(self.run_id, layout=self.layout, **self.create)
+                self.created = True
+            self.store.write_chunk(self.run_id, job.index, job.start, arrays)
+        else:
+            for k, v in arrays.items():
+                self.parts.setdefault(k, []).append((job.start, v))  # type: ignore[arg-type]
+            self.samples.append(np.arange(job.start, job.stop))
+
+    def finish(self, done: int, attrs: dict[str, Any]) -> Run:
+        st = self.store
         if st is not None:
-            if not created and st.find_run(run_id) is None:
+            if not self.created and st.find_run(self.run_id) is None:
                 raise DataError("the dataset is empty: nothing to evaluate")
-            st.finish_run(run_id, done)
-            return Run(st.load(run_id), run_id, st)
-        if layout is None:
+            st.finish_run(self.run_id, done)
+            return Run(st.load(self.run_id), self.run_id, st)
+        if self.layout is None:
             raise DataError("the dataset is empty: nothing to evaluate")
-        attrs.update(run_id=run_id, run_name=name, status="complete", n_samples=done)
-        return Run(assemble_result(layout, parts, np.concatenate(samples), attrs), run_id, None)
+        order = np.argsort([s[0] for s in next(iter(self.parts.values()))], kind="stable")
+        parts = {k: [v[i][1] for i in order] for k, v in self.parts.items()}  # type: ignore[index]
+        samples = np.concatenate([self.samples[i] for i in order])
+        attrs = dict(attrs, run_id=self.run_id, run_name=self.create["name"], status="complete", n_samples=done)
+        return Run(assemble_result(self.layout, parts, samples, attrs), self.run_id, None)
 
 
-def _evaluate_chunk(
-    model: nn.Module, x: Tensor, targets: Tensor, transforms: Any, orbit: Orbit, task: Task,
-    norm: Callable[[Tensor], Tensor], fb: int, interpolation: str, padding: str, channels_last: bool, start: int,
-    probe: ActivationProbe | None = None,
-) -> dict[str, np.ndarray]:
-    """All orbit elements for one chunk -> {variable: (B, *orbit.shape, *extra)} arrays."""
-    b, k = x.shape[0], len(transforms)
-    per_call = max(1, fb // b)  # elements per warp call
-    out: dict[str, np.ndarray] = {}
-    for k0 in range(0, k, per_call):
-        k1 = min(k, k0 + per_call)
-        warped = warp_images(x, transforms[k0:k1], layout="orbit", interpolation=interpolation, padding=padding)  # type: ignore[arg-type]
-        flat = norm(warped.reshape((k1 - k0) * b, *x.shape[1:]))
-        with probe.attach(model) if probe is not None else nullcontext([]) as collected:
-            outputs = torch.cat([_forward(model, flat[s : s + fb], channels_last) for s in range(0, len(flat), fb)])
-        bad = ~torch.isfinite(outputs.reshape(len(outputs), -1)).all(dim=1)
-        if bool(bad.any()):
-            first = int(torch.nonzero(bad)[0])
-            raise ModelError(
-                f"the model returned NaN/inf for sample {start + first % b} at orbit element {k0 + first // b} "
-                f"({int(bad.sum())} of {len(outputs)} outputs in this batch); check the model and its inputs"
-            )
-        scores = task.score(outputs, targets.repeat(k1 - k0))
-        if probe is not None:
-            scores["activation"] = torch.cat(collected)
-            collected.clear()
-        for name, val in scores.items():
-            v = val.detach().cpu().numpy().reshape(k1 - k0, b, *val.shape[1:])
-            if name not in out:
-                out[name] = np.empty((b, k, *val.shape[1:]), dtype=v.dtype)
-            out[name][:, k0:k1] = np.moveaxis(v, 0, 1)
-    return {n: a.reshape(b, *orbit.shape, *a.shape[2:]) for n, a in out.items()}
-
-
-_PER_SAMPLE = {"label": [], "input": ["channel", "y", "x"]}
-
-
-def _quantise(x: Tensor) -> np.ndarray:
-    """Inputs in [0, 1] -> uint8 (round(255 x)); lossless for 8-bit source images."""
-    return torch.round(x * 255).clamp(0, 255).to(torch.uint8).cpu().numpy()
-
-
-def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray], probe: ActivationProbe | None = None) -> dict[str, Any]:
+def _layout(orbit: Orbit, declared: dict[str, Variable], arrays: dict[str, np.ndarray],
+            probe: ActivationProbe | None, kinds: Sequence[Kind]) -> dict[str, Any]:
     nd = len(orbit.dims)
     variables: dict[str, Any] = {}
-    declared = {v.name: v for v in task.variables(0)}
     coords: dict[str, Any] = {d: orbit.coords[d].tolist() for d in orbit.dims}
     if probe is not None:
-        declared["activation"] = Variable("activation", "float32", ("layer", "stat"))
         coords.update(layer=list(probe.layers), stat=list(probe.stats))
+    stored: dict[str, tuple[tuple[str, ...], bool]] = {}
+    for kind in kinds:  # the per-sample arrays the input and target kinds store
+        for vname, dims in kind.stored.items():
+            stored[vname] = (tuple(dims), vname in kind.ragged)
     for name, a in arrays.items():
-        if name in _PER_SAMPLE:
-            variables[name] = {"dtype": str(a.dtype), "extra_dims": _PER_SAMPLE[name],
-                               "extra_shape": list(a.shape[1:]), "per_sample": True}
+        if name in stored and name not in declared:
+            dims, ragged = stored[name]
+            spec = {"dtype": str(a.dtype), "extra_dims": list(dims), "extra_shape": list(a.shape[1:]), "per_sample": True}
+            if ragged:
+                spec["ragged"] = True
+            meta = ENGINE_VARIABLES.get(name)
+            if meta is not None:
+                spec["meta"] = meta.to_json()
+            variables[name] = spec
             continue
         extra_shape = list(a.shape[1 + nd :])
-        extra_dims = list(declared[name].extra_dims) if name in declared else [f"{name}_dim{i}" for i in range(len(extra_shape))]
-        variables[name] = {"dtype": str(a.dtype), "extra_dims": extra_dims, "extra_shape": extra_shape}
+        var = declared.get(name)
+        extra_dims = list(var.extra_dims) if var is not None else [f"{name}_dim{i}" for i in range(len(extra_shape))]
+        spec = {"dtype": str(a.dtype), "extra_dims": extra_dims, "extra_shape": extra_shape}
+        if var is not None:
+            spec["meta"] = var.to_json()
+        variables[name] = spec
     return {
         "orbit_dims": list(orbit.dims),
         "orbit_shape": list(orbit.shape),
@@ -445,31 +407,11 @@ def _layout(orbit: Orbit, task: Task, arrays: dict[str, np.ndarray], probe: Acti
     }
 
 
-def _normalizer(normalize: Any, device: torch.device) -> Callable[[Tensor], Tensor]:
-    if normalize is None:
-        return lambda t: t
-    try:
-        mean, std = normalize
-        m = torch.as_tensor(mean, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
-        s = torch.as_tensor(std, dtype=torch.float32, device=device).reshape(1, -1, 1, 1)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"normalize must be (mean, std) sequences, one value per channel: {exc}") from exc
-    if bool((s <= 0).any()):
-        raise ValueError(f"normalisation std must be > 0, got {std}")
-    return lambda t: (t - m) / s
-
-
-def _small_inputs(source: _Source) -> bool:
+def _small_inputs(source: DataSource, task: Task) -> bool:
+    if task.input_kind not in ("image", "frames"):
+        return False
     numel = source.input_numel()
     return numel is not None and numel <= 3 * 128 * 128
-
-
-def _forward_batch(forward_batch: int, memory_budget_mb: float, source: _Source) -> int:
-    numel = source.input_numel()
-    if numel is None:
-        return forward_batch
-    per_image = numel * 4 * 64
-    return int(max(1, min(forward_batch, memory_budget_mb * 2**20 // per_image)))
 
 
 def _versions() -> dict[str, str]:

@@ -2,6 +2,8 @@
 
 from .elements import Transforms, check_closed, element_features, quaternion_to_matrix, rotation_matrix, unique_elements
 from .orbits import (
+    MAX_ORBIT_SIZE,
+    ORBITS,
     Brightness,
     Contrast,
     Orbit,
@@ -14,8 +16,13 @@ from .orbits import (
     list_orbits,
     orbit_from_spec,
     parse_orbit,
+    register_orbit,
 )
+from .finite import D4, NERO_MOSAIC, Flip, TimeReversal, d4_time_reversal
+from .so3 import NeroSO3, Octahedral, SO3Grid, super_fibonacci
 
 __all__ = ["Transforms", "rotation_matrix", "quaternion_to_matrix", "element_features", "unique_elements",
            "check_closed", "Orbit", "Rotation", "Rotation90", "Translation", "Scale", "Brightness", "Contrast",
-           "Rotation3D", "Product", "parse_orbit", "orbit_from_spec", "list_orbits"]
+           "Rotation3D", "Product", "Flip", "D4", "TimeReversal", "d4_time_reversal", "NERO_MOSAIC",
+           "NeroSO3", "SO3Grid", "Octahedral", "super_fibonacci", "ORBITS", "MAX_ORBIT_SIZE", "register_orbit",
+           "parse_orbit", "orbit_from_spec", "list_orbits"]

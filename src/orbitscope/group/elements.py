@@ -196,6 +196,16 @@ class Transforms:
             and np.array_equal(self.time_reversed, other.time_reversed)
         )
 
+    def embedded(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(linear (K, d, d), shift (K, d))`` in dimension ``d``: planar elements embed into 3-D
+        as rotations about z acting on x and y; 3-D elements cannot act in 2-D (ValueError)."""
+        return _embed(self.linear, self.shift, d)
+
+    def repeat_interleave(self, n: int) -> "Transforms":
+        """Each element repeated ``n`` times in a row: ``[g0]*n + [g1]*n + ...`` (element-major rows
+        of an orbit evaluation, where row ``k*n + b`` is sample ``b`` under element ``k``)."""
+        return self[np.repeat(np.arange(len(self)), n)]
+
     @property
     def is_geometric_identity(self) -> np.ndarray:
         """(K,) bool: the spatial part is the identity."""

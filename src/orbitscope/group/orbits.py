@@ -18,11 +18,17 @@ Convention:
     with the per-image mean. 3-D rotations are right-handed, given as unit quaternions (w, x, y, z).
 
 Composition ``g.compose(h)`` is ``g ∘ h``: apply ``h`` first, then ``g``; the actions in
-:mod:`orbitscope.kinds.actions` satisfy ``act(g, act(h, x)) == act(g ∘ h, x)``.
+:mod:`orbitscope.kinds` satisfy ``act(g, act(h, x)) == act(g ∘ h, x)``.
 
 An :class:`Orbit` is a finite, named sample of a group: its ``dims`` (e.g. ``("angle",)``) become
 the dims of an evaluation result, ``coords`` give the parameter value along each dim, and
 ``transforms()`` returns the elements flattened in C order over ``shape``.
+
+Every orbit class is registered by its ``kind`` in :data:`ORBITS` (an
+:class:`orbitscope._registry.Registry`); :func:`orbit_from_spec` rebuilds any orbit from its
+:meth:`Orbit.spec`, and a new group is a new class decorated with :func:`register_orbit`. The
+finite groups (flip, D4, time reversal) live in :mod:`orbitscope.group.finite`, the SO(3) samples
+in :mod:`orbitscope.group.so3`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .._registry import Registry
+from ..errors import SpecError
 from .elements import Transforms, check_closed, quaternion_to_matrix, rotation_matrix, unique_elements
 
 __all__ = [
@@ -48,6 +56,9 @@ __all__ = [
     "Contrast",
     "Rotation3D",
     "Product",
+    "ORBITS",
+    "MAX_ORBIT_SIZE",
+    "register_orbit",
     "rotation_matrix",
     "quaternion_to_matrix",
     "parse_orbit",
@@ -57,17 +68,71 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# Orbits
+# Registry and grid helpers
 # ---------------------------------------------------------------------------------------------
+
+#: Orbit classes by ``kind`` (what :func:`orbit_from_spec` and :func:`list_orbits` read).
+ORBITS: Registry[type["Orbit"]] = Registry("orbit kind")
+
+#: Most elements an orbit built from a spec (string or dict) may have; larger grids are refused
+#: (a SpecError with the count) rather than exhausting memory.
+MAX_ORBIT_SIZE = 10_000_000
+
+
+def register_orbit(cls: type["Orbit"]) -> type["Orbit"]:
+    """Class decorator: register an :class:`Orbit` subclass under its ``kind``."""
+    ORBITS.register(cls.kind, cls)
+    return cls
+
+
+def _check_size(count: int, what: str, hint: str = "use a coarser step or a smaller range") -> None:
+    """Refuse (SpecError) an orbit of more than :data:`MAX_ORBIT_SIZE` elements."""
+    if count > MAX_ORBIT_SIZE:
+        raise SpecError(f"{what} would have {count:,} elements, more than the {MAX_ORBIT_SIZE:,} allowed; {hint}")
+
+
+def _finite_number(value: Any, name: str) -> float:
+    """``value`` as a finite float, else a SpecError naming it."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(out):
+        raise SpecError(f"{name} must be a finite number, got {value!r}")
+    return out
 
 
 def _as_grid(values: Iterable[float] | np.ndarray, name: str) -> np.ndarray:
-    arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64).ravel()
+    try:
+        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise SpecError(f"{name} must be numbers, got {values!r}") from None
     if arr.size == 0:
-        raise ValueError(f"{name} must contain at least one value")
+        raise SpecError(f"{name} must contain at least one value")
     if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} must be finite, got {arr}")
+        bad = arr[~np.isfinite(arr)]
+        raise SpecError(f"{name} must be finite numbers, got {float(bad[0])} among {arr.size} values")
     return arr
+
+
+def _inclusive_range(start: float, stop: float, step: float, what: str = "grid") -> np.ndarray:
+    """``start, start + step, ..., stop`` (stop included when on the grid), refusing NaN, infinite
+    bounds and grids of more than :data:`MAX_ORBIT_SIZE` values (SpecError naming the value)."""
+    start = _finite_number(start, f"{what}: START")
+    stop = _finite_number(stop, f"{what}: STOP")
+    step = _finite_number(step, f"{what}: STEP")
+    if step <= 0:
+        raise SpecError(f"{what}: STEP must be > 0, got {step:g}")
+    if stop < start:
+        raise SpecError(f"{what}: STOP ({stop:g}) must be >= START ({start:g})")
+    n = int(math.floor((stop - start) / step + 1e-9)) + 1
+    _check_size(n, what)
+    return np.round(start + step * np.arange(n), 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Orbits
+# ---------------------------------------------------------------------------------------------
 
 
 class Orbit:
@@ -110,6 +175,15 @@ class Orbit:
         """JSON-able description; ``orbit_from_spec(orbit.spec())`` rebuilds the orbit."""
         return {"kind": self.kind, **{d: self.coords[d].tolist() for d in self.dims}}
 
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
+        """Inverse of :meth:`spec`; by default the coordinates of each dim, in order, are the
+        constructor's positional arguments. Subclasses with other specs override this."""
+        missing = [d for d in cls.dims if d not in spec]
+        if missing:
+            raise SpecError(f"a {cls.kind!r} orbit spec needs the key(s) {missing}, got {sorted(spec)}")
+        return cls(*(spec[d] for d in cls.dims))
+
     def spec_json(self) -> str:
         return json.dumps(self.spec(), sort_keys=True)
 
@@ -127,6 +201,7 @@ class Orbit:
         return hash(self.spec_json())
 
 
+@register_orbit
 class Rotation(Orbit):
     """Planar rotations about the image centre; dim ``angle`` in degrees (CCW as displayed).
 
@@ -145,6 +220,7 @@ class Rotation(Orbit):
         return Transforms.create(len(values), linear=rotation_matrix(values))
 
 
+@register_orbit
 class Rotation90(Rotation):
     """The four exact rotations by 0°, 90°, 180°, 270° (the cyclic group C4)."""
 
@@ -156,7 +232,12 @@ class Rotation90(Rotation):
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind}
 
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
+        return cls()
 
+
+@register_orbit
 class Translation(Orbit):
     """2-D grid of shifts in pixels (+x right, +y down); dims ``tx`` × ``ty``."""
 
@@ -173,6 +254,7 @@ class Translation(Orbit):
         return Transforms.create(gx.size, shift=np.stack([gx.ravel(), gy.ravel()], -1))
 
 
+@register_orbit
 class Scale(Orbit):
     """Isotropic scaling about the image centre; dim ``scale`` (a factor, 1 = identity)."""
 
@@ -183,13 +265,14 @@ class Scale(Orbit):
     def __init__(self, factors: Iterable[float]) -> None:
         f = _as_grid(factors, "scale factors")
         if np.any(f <= 0):
-            raise ValueError(f"scale factors must be > 0, got {f}")
+            raise SpecError(f"scale factors must be > 0, got {f}")
         self.coords = {"scale": f}
 
     def _elements(self, values: np.ndarray) -> Transforms:
         return Transforms.create(len(values), linear=values[:, None, None] * np.eye(2))
 
 
+@register_orbit
 class Brightness(Orbit):
     """Brightness factors (values are multiplied, then clipped to [0, 1] by image actions)."""
 
@@ -200,13 +283,14 @@ class Brightness(Orbit):
     def __init__(self, factors: Iterable[float]) -> None:
         f = _as_grid(factors, "brightness factors")
         if np.any(f <= 0):
-            raise ValueError(f"brightness factors must be > 0, got {f}")
+            raise SpecError(f"brightness factors must be > 0, got {f}")
         self.coords = {"brightness": f}
 
     def _elements(self, values: np.ndarray) -> Transforms:
         return Transforms.create(len(values), gain=values)
 
 
+@register_orbit
 class Contrast(Orbit):
     """Contrast factors c: ``v -> mean + c (v - mean)`` with each image's mean (then clipped)."""
 
@@ -217,13 +301,14 @@ class Contrast(Orbit):
     def __init__(self, factors: Iterable[float]) -> None:
         f = _as_grid(factors, "contrast factors")
         if np.any(f <= 0):
-            raise ValueError(f"contrast factors must be > 0, got {f}")
+            raise SpecError(f"contrast factors must be > 0, got {f}")
         self.coords = {"contrast": f}
 
     def _elements(self, values: np.ndarray) -> Transforms:
         return Transforms.create(len(values), contrast=values)
 
 
+@register_orbit
 class Rotation3D(Orbit):
     """A list of 3-D rotations given as unit quaternions (w, x, y, z); dim ``rotation`` (index).
 
@@ -236,6 +321,8 @@ class Rotation3D(Orbit):
 
     def __init__(self, quaternions: np.ndarray) -> None:
         q = np.asarray(quaternions, dtype=np.float64).reshape(-1, 4)
+        if not np.all(np.isfinite(q)):
+            raise SpecError(f"quaternions must be finite numbers, got {q[~np.isfinite(q).all(axis=1)][0].tolist()}")
         self.matrices = quaternion_to_matrix(q)
         norm = np.linalg.norm(q, axis=-1, keepdims=True)
         # normalise once; already-unit quaternions are kept bit-for-bit so specs round-trip exactly
@@ -248,7 +335,14 @@ class Rotation3D(Orbit):
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "quaternions": self.quaternions.tolist()}
 
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
+        if "quaternions" not in spec:
+            raise SpecError(f"a {cls.kind!r} orbit spec needs the key 'quaternions', got {sorted(spec)}")
+        return cls(np.asarray(spec["quaternions"], dtype=np.float64))
 
+
+@register_orbit
 class Product(Orbit):
     """Direct product of two orbits, e.g. ``Product(Rotation(...), Scale(...))``.
 
@@ -261,7 +355,7 @@ class Product(Orbit):
     def __init__(self, a: Orbit, b: Orbit) -> None:
         clash = set(a.dims) & set(b.dims)
         if clash:
-            raise ValueError(f"cannot form a product of orbits sharing dims {sorted(clash)}")
+            raise SpecError(f"cannot form a product of orbits sharing dims {sorted(clash)}")
         self.a, self.b = a, b
         self.dims = a.dims + b.dims
         self.units = a.units + b.units
@@ -275,87 +369,108 @@ class Product(Orbit):
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "factors": [self.a.spec(), self.b.spec()]}
 
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
+        factors = spec.get("factors")
+        if not isinstance(factors, (list, tuple)) or len(factors) != 2:
+            raise SpecError(f"a 'product' orbit spec needs 'factors': a list of two orbit specs, got {factors!r}")
+        return cls(orbit_from_spec(factors[0]), orbit_from_spec(factors[1]))
+
     def __repr__(self) -> str:
         return f"Product({self.a!r}, {self.b!r})"
 
 
-_REGISTRY: dict[str, type[Orbit]] = {
-    cls.kind: cls for cls in (Rotation, Rotation90, Translation, Scale, Brightness, Contrast, Rotation3D, Product)
-}
-
-
 def list_orbits() -> list[str]:
-    """Names of the orbit kinds (usable in :func:`parse_orbit` and orbit specs)."""
-    return sorted(_REGISTRY)
+    """Names of the registered orbit kinds (the ``kind`` of their specs), sorted."""
+    return ORBITS.names()
 
 
 def orbit_from_spec(spec: dict[str, Any] | str) -> Orbit:
-    """Rebuild an orbit from :meth:`Orbit.spec` (a dict or its JSON)."""
+    """Rebuild an orbit from :meth:`Orbit.spec` (a dict or its JSON).
+
+    Raises:
+        SpecError: malformed JSON, an unknown kind, bad or non-finite values, or more than
+            :data:`MAX_ORBIT_SIZE` elements.
+    """
     if isinstance(spec, str):
-        spec = json.loads(spec)
-    kind = spec.get("kind")
-    if kind == "rotation":
-        return Rotation(spec["angle"])
-    if kind == "rotation90":
-        return Rotation90()
-    if kind == "translation":
-        return Translation(spec["tx"], spec["ty"])
-    if kind in ("scale", "brightness", "contrast"):
-        return _REGISTRY[kind](spec[kind])
-    if kind == "rotation3d":
-        return Rotation3D(np.asarray(spec["quaternions"]))
-    if kind == "product":
-        a, b = spec["factors"]
-        return Product(orbit_from_spec(a), orbit_from_spec(b))
-    raise ValueError(f"unknown orbit kind {kind!r}; known kinds: {', '.join(list_orbits())}")
-
-
-def _inclusive_range(start: float, stop: float, step: float) -> np.ndarray:
-    if step <= 0:
-        raise ValueError(f"step must be > 0, got {step}")
-    if stop < start:
-        raise ValueError(f"stop ({stop}) must be >= start ({start})")
-    n = int(math.floor((stop - start) / step + 1e-9)) + 1
-    return np.round(start + step * np.arange(n), 10)
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"an orbit spec string must be JSON ({exc}); for 'rotation:0:360:5' use parse_orbit") from None
+    orbit = ORBITS.from_spec(spec)
+    _check_size(orbit.size, f"orbit {spec.get('kind')!r}")
+    return orbit
 
 
 _SPEC_HELP = (
     "orbit specs: 'rotation:START:STOP:STEP' (degrees, STOP included), 'rotation90', "
     "'shift:START:STOP:STEP' (pixels, same grid for tx and ty), 'scale:START:STOP:STEP', "
-    "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', and products joined by ' x ', "
-    "e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
+    "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', "
+    "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
+    "the square), 'time-reversal', 'd4xt' (time-reversal x d4: NERO's 16 PIV elements), "
+    "'so3-nero' or 'so3-nero:AXIS_STEP:ANGLE_STEP' (NERO's axis-angle sample, degrees; default 5:15), "
+    "'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), 'octahedral' (the 24 rotations of the "
+    "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
 )
+
+_RANGE_NAMES = ("rotation", "shift", "translation", "scale", "brightness", "contrast")
 
 
 def parse_orbit(text: str) -> Orbit:
     """Parse a command-line orbit spec such as ``rotation:0:360:5`` (both ends included).
 
-    See ``_SPEC_HELP`` for the accepted forms.
+    See ``_SPEC_HELP`` for the accepted forms. Names are case-insensitive and ``_`` may stand for
+    ``-`` (``time_reversal``, ``so3_nero``).
+
+    Raises:
+        SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
+            ``inf``), or an orbit of more than :data:`MAX_ORBIT_SIZE` elements (with the count).
     """
     factors = [f.strip() for f in text.replace("×", " x ").split(" x ") if f.strip()]
     if not factors:
-        raise ValueError(f"empty orbit spec; {_SPEC_HELP}")
+        raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
     orbits = [_parse_single(f) for f in factors]
     out = orbits[0]
     for o in orbits[1:]:
+        _check_size(out.size * o.size, f"orbit {text!r}")
         out = Product(out, o)
     return out
 
 
 def _parse_single(text: str) -> Orbit:
-    name, *args = text.split(":")
-    name = name.strip().lower()
-    if name == "rotation90" and not args:
-        return Rotation90()
-    if name not in ("rotation", "shift", "translation", "scale", "brightness", "contrast") or len(args) != 3:
-        raise ValueError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
-    try:
-        start, stop, step = (float(a) for a in args)
-    except ValueError:
-        raise ValueError(f"orbit {text!r}: START, STOP, STEP must be numbers; {_SPEC_HELP}") from None
-    grid = _inclusive_range(start, stop, step)
+    # finite.py and so3.py import this module, so they are imported here, when a spec is parsed
+    from .finite import D4, Flip, TimeReversal, d4_time_reversal
+    from .so3 import NeroSO3, Octahedral, SO3Grid
+
+    name, *args = (a.strip() for a in text.split(":"))
+    name = name.lower().replace("_", "-")
+    bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
+    if not args:
+        plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
+                 "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
+        if name not in plain:
+            raise bad
+        return plain[name]()
+    if name == "flip" and len(args) == 1:
+        if args[0].lower() not in Flip.AXES:
+            raise SpecError(f"orbit {text!r}: the flip axis must be one of {list(Flip.AXES)}, got {args[0]!r}")
+        return Flip(args[0].lower())
+    if name == "so3-nero" and len(args) == 2:
+        axis_step = _finite_number(args[0], f"orbit {text!r}: AXIS_STEP")
+        angle_step = _finite_number(args[1], f"orbit {text!r}: ANGLE_STEP")
+        return NeroSO3(axis_step, angle_step)
+    if name == "so3" and len(args) == 1:
+        try:
+            n = int(args[0])
+        except ValueError:
+            raise SpecError(f"orbit {text!r}: N must be a whole number of rotations, got {args[0]!r}") from None
+        return SO3Grid(n)
+    if name not in _RANGE_NAMES or len(args) != 3:
+        raise bad
+    grid = _inclusive_range(*args, what=f"orbit {text!r}")
     if name == "rotation":
         return Rotation(grid)
     if name in ("shift", "translation"):
+        _check_size(len(grid) ** 2, f"orbit {text!r} (tx x ty)")
         return Translation(grid)
     return {"scale": Scale, "brightness": Brightness, "contrast": Contrast}[name](grid)

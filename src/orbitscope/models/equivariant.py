@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kinds.actions import warp_images
+from ..kinds import warp_images
 from ..group.orbits import Orbit, Transforms, orbit_from_spec, parse_orbit
 from ..group.elements import check_closed, element_features
 from .registry import build_model, check_arch_args, register_model

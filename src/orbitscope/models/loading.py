@@ -14,6 +14,13 @@ File conventions
 
 All loaded models live on the CPU and are returned in eval mode (``torch.export``
 graphs cannot switch mode: export them in eval mode).
+
+File kinds are told by their first bytes, never by their extension: a zip archive (``PK\x03\x04``:
+``torch.save``'s default format, TorchScript, ``torch.export``), a legacy ``torch.save`` pickle
+(``\x80`` + protocol byte) or safetensors (8-byte little-endian header length, then ``{``). A
+pickle where safetensors is expected (e.g. ``torch.save(sd, "w.safetensors")``) raises
+:class:`~orbitscope.errors.SpecError` saying so and how to convert it, and is never unpickled;
+an empty, truncated or corrupt safetensors file raises :class:`~orbitscope.errors.ModelError`.
 """
 
 from __future__ import annotations
@@ -30,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .reference import model_hash, set_eval_mode
 from .registry import build_model
-from ..errors import StateDictMismatchError
+from ..errors import ModelError, SpecError, StateDictMismatchError
 
 __all__ = [
     "StateDictMismatchError",
@@ -61,9 +68,90 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 def _check_file(path: str | os.PathLike[str], what: str) -> Path:
     p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{what} '{p}' is a directory, not a file")
     if not p.is_file():
         raise FileNotFoundError(f"{what} not found: '{p}'")
     return p
+
+
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def _file_format(p: Path) -> str:
+    """What ``p`` holds, from its first bytes: ``'empty'``, ``'zip'`` (torch.save's default format,
+    TorchScript or torch.export archives), ``'pickle'`` (a legacy torch.save pickle),
+    ``'safetensors'`` (8-byte header length then ``{``) or ``'unknown'``."""
+    if p.stat().st_size == 0:
+        return "empty"
+    with open(p, "rb") as fh:
+        head = fh.read(9)
+    if head[:4] in _ZIP_MAGICS:
+        return "zip"
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return "pickle"
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    return "unknown"
+
+
+def _pickle_message(p: Path, role: str) -> str:
+    return (
+        f"'{p}' is a PyTorch pickle (torch.save) file, not safetensors (told by its first bytes, not its name); "
+        f"convert it with: python -c \"import torch; from safetensors.torch import save_file; "
+        f"save_file(torch.load('{p}', weights_only=True), '{p.with_suffix('')}.converted.safetensors')\", "
+        + (f"or {role}" if p.suffix in (".pt", ".pth") else f"or rename it to .pt and {role}")
+    )
+
+
+_AS_WEIGHTS = "pass it as the weights of a 'package.module:factory' model (load_user_model(spec, weights=...))"
+
+
+def _check_safetensors(p: Path, role: str = _AS_WEIGHTS) -> None:
+    """Raise a one-line error unless ``p`` looks like a complete safetensors file."""
+    fmt = _file_format(p)
+    size = p.stat().st_size
+    if fmt == "empty":
+        raise ModelError(f"'{p}' is empty (0 bytes), not a safetensors file (an interrupted save or download?); "
+                         "write it again with orbitscope.models.save_model or safetensors.torch.save_file")
+    if fmt == "pickle":
+        raise SpecError(_pickle_message(p, role))
+    if fmt == "zip":
+        kind = _zip_kind(p)
+        if kind == "torch_save":
+            raise SpecError(_pickle_message(p, role))
+        if kind in ("torchscript", "export"):
+            name = "TorchScript" if kind == "torchscript" else "torch.export"
+            raise SpecError(f"'{p}' is a {name} archive, not safetensors: it holds a whole model; "
+                            f"load it as the model itself: load_user_model('{p}')")
+        raise SpecError(f"'{p}' is a zip archive, not a safetensors file")
+    if fmt == "unknown":
+        if size < 9:
+            raise ModelError(f"'{p}' is truncated ({size} bytes): a safetensors file starts with an 8-byte header "
+                             "length and a JSON header; write or download it again")
+        raise SpecError(f"'{p}' is not a safetensors file (it does not start with a safetensors header); pass a file "
+                        "written by safetensors.torch.save_file or orbitscope.models.save_model")
+    with open(p, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if 8 + n > size:
+            raise ModelError(f"'{p}' is truncated: its safetensors header is {n} bytes but only {size - 8} follow; "
+                             "write or download it again")
+        try:
+            header = json.loads(fh.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, IndexError, AttributeError):
+            raise ModelError(f"'{p}' has a corrupt safetensors header; write or download it again") from None
+    need = 8 + n + max(ends, default=0)
+    if need > size:
+        raise ModelError(f"'{p}' is truncated: its header describes {need} bytes but the file has {size}; "
+                         "write or download it again (an interrupted save or a partial download)")
+
+
+def _read_safetensors(p: Path) -> dict[str, Tensor]:
+    try:
+        return load_file(str(p), device="cpu")
+    except SafetensorError as exc:
+        raise ModelError(f"'{p}' is not a valid safetensors file ({exc}); write or download it again") from exc
 
 
 # --------------------------------------------------------------------------- orbitscope files
@@ -117,8 +205,12 @@ def save_model(
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     """Return the (string) metadata of a safetensors file (empty dict if none)."""
     p = _check_file(path, "safetensors file")
-    with safe_open(str(p), framework="pt") as f:
-        return dict(f.metadata() or {})
+    _check_safetensors(p)
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except SafetensorError as exc:
+        raise ModelError(f"'{p}' is not a valid safetensors file ({exc}); write or download it again") from exc
 
 
 def _load_strict(model: nn.Module, state: Mapping[str, Tensor], source: str) -> None:
@@ -155,21 +247,27 @@ def load_model(path: str | os.PathLike[str]) -> nn.Module:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file carries no ``"config"`` metadata (use
-            :func:`load_user_model` with a ``"module:factory"`` spec instead).
+        SpecError (a ValueError): the file carries no ``"config"`` metadata (use
+            :func:`load_user_model` with a ``"module:factory"`` spec instead), or it is not a
+            safetensors file (e.g. a ``torch.save`` pickle: the message says how to convert it).
+        ModelError: the file is empty, truncated or corrupt.
         StateDictMismatchError: weights do not fit the configured architecture.
     """
     p = _check_file(path, "model file")
+    _check_safetensors(p, role="load it with load_user_model('package.module:factory', weights=...)")
     meta = read_metadata(p)
     if "config" not in meta:
-        raise ValueError(
+        raise SpecError(
             f"'{p}' carries no model config in its safetensors metadata, so its architecture is unknown; "
             f"load it with load_user_model('package.module:factory', weights='{p}') using a factory that "
             f"builds the architecture"
         )
-    config = json.loads(meta["config"])
+    try:
+        config = json.loads(meta["config"])
+    except ValueError:
+        raise ModelError(f"'{p}' has a corrupt model config in its metadata (not JSON): {meta['config'][:80]!r}") from None
     model = build_model(config)
-    _load_strict(model, load_file(str(p), device="cpu"), f"'{p}'")
+    _load_strict(model, _read_safetensors(p), f"'{p}'")
     return model.eval()
 
 
@@ -180,16 +278,24 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     """Read a state dict from ``.safetensors`` or a ``torch.save`` file (``weights_only=True``).
 
     A ``torch.save``'d dict with a ``"state_dict"`` entry (a common checkpoint layout) is accepted.
+    The format is told by the contents: a safetensors file is read as such whatever its name, and
+    a file named ``.safetensors`` must be one (a pickle there raises a SpecError saying how to
+    convert it; it is not unpickled).
     """
     p = _check_file(path, "weights file")
-    if p.suffix == ".safetensors":
-        return load_file(str(p), device="cpu")
-    if _zip_kind(p) in ("torchscript", "export"):
-        raise ValueError(f"'{p}' is a {_zip_kind(p)} archive, not a state dict; pass it as the spec instead")
+    fmt = _file_format(p)
+    if p.suffix == ".safetensors" or fmt == "safetensors":
+        _check_safetensors(p)
+        return _read_safetensors(p)
+    if fmt == "empty":
+        raise ModelError(f"weights file '{p}' is empty (0 bytes): an interrupted save or download? write it again "
+                         "with torch.save(model.state_dict(), path) or safetensors.torch.save_file")
+    if fmt == "zip" and _zip_kind(p) in ("torchscript", "export"):
+        raise SpecError(f"'{p}' is a {_zip_kind(p)} archive, not a state dict; pass it as the spec instead")
     try:
         obj = torch.load(str(p), weights_only=True, map_location="cpu")
     except Exception as exc:
-        raise ValueError(
+        raise SpecError(
             f"could not read weights from '{p}' with torch.load(weights_only=True): {exc}. "
             f"Save a state dict (torch.save(model.state_dict(), path)) or a .safetensors file."
         ) from exc
@@ -219,6 +325,14 @@ def _zip_kind(path: Path) -> str:
 
 
 def _load_archive(p: Path) -> nn.Module:
+    fmt = _file_format(p)
+    if fmt == "empty":
+        raise ModelError(f"model file '{p}' is empty (0 bytes): an interrupted save or download? write it again")
+    if fmt == "pickle":
+        raise SpecError(
+            f"'{p}' is a legacy torch.save pickle (e.g. a state dict), not a TorchScript or torch.export archive; "
+            f"load it with load_user_model('package.module:factory', weights='{p}')"
+        )
     kind = _zip_kind(p)
     if kind == "export":
         return torch.export.load(str(p)).module()
@@ -227,7 +341,7 @@ def _load_archive(p: Path) -> nn.Module:
             warnings.simplefilter("ignore", DeprecationWarning)
             return torch.jit.load(str(p), map_location="cpu")
     if kind == "torch_save":
-        raise ValueError(
+        raise SpecError(
             f"'{p}' is a torch.save file (e.g. a state dict), not a TorchScript or torch.export archive; "
             f"load it with load_user_model('package.module:factory', weights='{p}')"
         )
@@ -238,8 +352,8 @@ def _load_archive(p: Path) -> nn.Module:
                 return loader()
             except Exception as exc:  # noqa: BLE001 - report all below
                 errors.append(repr(exc))
-        raise ValueError(f"'{p}' is neither a TorchScript nor a torch.export archive: {errors}")
-    raise ValueError(
+        raise SpecError(f"'{p}' is neither a TorchScript nor a torch.export archive: {errors}")
+    raise SpecError(
         f"'{p}' is not a TorchScript or torch.export (.pt2) archive; for weights files use "
         f"load_user_model('package.module:factory', weights=...)"
     )
@@ -248,7 +362,7 @@ def _load_archive(p: Path) -> nn.Module:
 def _resolve_factory(spec: str) -> Any:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
-        raise ValueError(f"factory spec must look like 'package.module:factory', got {spec!r}")
+        raise SpecError(f"factory spec must look like 'package.module:factory', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -293,11 +407,11 @@ def load_user_model(
     path = Path(spec)
     if path.is_file():
         if weights is not None:
-            raise ValueError(
+            raise SpecError(
                 f"weights were given for '{spec}', but a TorchScript/torch.export/orbitscope file "
                 f"already contains its weights; pass weights only with a 'package.module:factory' spec"
             )
-        if path.suffix == ".safetensors":
+        if path.suffix == ".safetensors" or _file_format(path) == "safetensors":
             return load_model(path)
         return set_eval_mode(_load_archive(path))
     looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors")

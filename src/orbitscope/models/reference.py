@@ -9,9 +9,12 @@ Conventions
   registered architecture plus the keyword arguments of its constructor;
   ``build_model(config)`` rebuilds an (untrained) model from it.
 
-The reference architecture follows the MNIST case study of NERO
-(Zhu et al., arXiv:2305.19889): six 3x3 conv blocks (conv, BatchNorm, ReLU),
-2x2 average pooling after blocks 2, 4 and 6, then a 576 -> 64 -> 10 MLP head.
+The reference architecture is our own small CNN of the same layout idea as the plain CNN of
+NERO's MNIST case study (Zhao et al., arXiv 2305.19889): six conv blocks (conv, BatchNorm, ReLU)
+with average pooling, then a 576 -> 64 -> 10 MLP head; but its convolutions are 3x3 and narrow
+(8 … 64 channels, 73,866 parameters), it pools 2x2 after blocks 2, 4 and 6 of a 28x28 input
+and its head uses ReLU without BatchNorm. NERO's own network (7x7 and 5x5 convolutions, 24 … 96
+channels, 29x29 input, 625,234 parameters) is :class:`orbitscope.models.nero_cnn.NeroCNN`.
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ _FEATURE_SIDE = 3
 
 
 class ReferenceCNN(nn.Module):
-    """NERO's MNIST reference CNN (not rotation-equivariant by construction).
+    """Our small MNIST reference CNN (not rotation-equivariant by construction).
+
+    Six conv blocks and a 576-feature head like NERO's MNIST CNN, but much smaller and with 3x3
+    convolutions; it is *not* NERO's shape (that is :class:`orbitscope.models.nero_cnn.NeroCNN`).
 
     Layout: ``features`` is a flat ``nn.Sequential`` of
     ``[Conv2d(3x3, padding=1), BatchNorm2d, ReLU] x 2, AvgPool2d(2)`` repeated

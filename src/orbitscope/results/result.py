@@ -10,8 +10,13 @@ Aggregates carry confidence intervals:
 
 * binary variables (``correct``): the **Wilson score interval** for a binomial proportion;
 * continuous variables (``confidence`` …): the **Student-t interval** for the mean,
-  mean ± t_{1-a/2, n-1} · s / sqrt(n) (CLT approximation), clipped to the variable's range
-  when it is a probability.
+  mean ± t_{1-a/2, n-1} · s / sqrt(n) (CLT approximation), clipped to [0, 1] when the variable
+  is a probability.
+
+Which applies is read from the variable's metadata (its kind, see
+:mod:`orbitscope.tasks.variables`), which every result carries in its variables' attrs.
+Dataset-level metrics that are not means of per-sample values (e.g. class-mean accuracy, AP)
+come from the task's ``compute`` over per-sample states: :func:`dataset_metrics`.
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ import xarray as xr
 from scipy import stats
 
 from ..group.orbits import Orbit, orbit_from_spec
+from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
 
-__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit"]
+__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit",
+           "variable_info", "dataset_metrics"]
 
-_BINARY = {"correct", "consensus_agreement"}
-_PROBABILITY = {"confidence", "top1_confidence", "correct", "consensus_agreement", "consensus_confidence", "tv_to_consensus"}
 
 
 def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -86,14 +91,18 @@ def aggregate(data: xr.Dataset | "OrbitResult", variable: str, *, level: float =
     n = vals.shape[axis]
     dims = [d for d in da.dims if d != "sample"]
     coords = {d: da.coords[d] for d in dims if d in da.coords}
-    if variable in _BINARY:
+    meta = variable_meta(da)
+    if meta.kind == "state":
+        raise ValueError(f"{variable!r} is a per-sample state ({meta.description or 'not a metric'}); it has no mean: "
+                         "aggregate a metric, or use dataset_metrics() for dataset-level ones")
+    if meta.kind == "binary":
         k = vals.sum(axis=axis)
         mean = k / n if n else np.full(k.shape, np.nan)
         lo, hi = wilson_interval(k, n, level)
         method = f"Wilson score interval, {level:.0%}"
     else:
         mean, lo, hi = mean_interval(vals, axis=axis, level=level)
-        if variable in _PROBABILITY:
+        if meta.bounded:
             lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
         method = f"Student-t interval for the mean, {level:.0%}"
     return xr.Dataset(
@@ -186,6 +195,49 @@ class OrbitResult:
         return bool(self.data.drop_attrs().identical(other.data.drop_attrs()))
 
 
+def _fill_value(dtype: np.dtype) -> Any:
+    """Padding for ragged variables: NaN for floats, -1 for signed integers, 0 otherwise."""
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    if np.issubdtype(dtype, np.signedinteger):
+        return -1
+    return 0
+
+
+def _join(chunks: list[np.ndarray], ragged: bool, name: str) -> np.ndarray:
+    """Concatenate chunks along samples; ragged variables are padded to the largest extra shape."""
+    shapes = {c.shape[1:] for c in chunks}
+    if len(shapes) <= 1:
+        return np.concatenate(chunks)
+    if not ragged or len({len(sh) for sh in shapes}) != 1:
+        raise ValueError(f"variable {name!r} has different shapes in different chunks ({sorted(shapes)}); only "
+                         "variables declared ragged (e.g. a varying number of boxes) may")
+    big = tuple(max(sh[i] for sh in shapes) for i in range(len(next(iter(shapes)))))
+    fill = _fill_value(chunks[0].dtype)
+    out = []
+    for c in chunks:
+        pad = [(0, 0)] + [(0, big[i] - c.shape[1 + i]) for i in range(len(big))]
+        out.append(np.pad(c, pad, constant_values=fill))
+    return np.concatenate(out)
+
+
+def variable_info(name: str, spec: dict[str, Any], task_spec: Any) -> Variable | None:
+    """The metadata of a stored variable: recorded in the layout, else the task's declaration
+    (rebuilt from its spec), else the engine's own variables."""
+    if "meta" in spec:
+        return Variable.from_json(spec["meta"])
+    if name in ENGINE_VARIABLES:
+        return ENGINE_VARIABLES[name]
+    try:
+        from ..tasks.base import task_from_spec
+
+        spec_d = json.loads(task_spec) if isinstance(task_spec, str) else task_spec
+        task = task_from_spec(spec_d) if isinstance(spec_d, dict) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return task.variable(name) if task is not None else None
+
+
 def assemble_result(
     layout: dict[str, Any], parts: dict[str, list[np.ndarray]], samples: np.ndarray, attrs: dict[str, Any]
 ) -> OrbitResult:
@@ -193,7 +245,9 @@ def assemble_result(
 
     ``layout`` holds ``orbit_dims``, ``orbit_shape``, ``coords`` (per orbit dim) and ``variables``
     (name -> ``dtype``, ``extra_dims``, ``extra_shape``, optional ``per_sample``: the variable has
-    no orbit dims, e.g. the label or the stored input), as recorded by the engine.
+    no orbit dims, e.g. the label or the stored input; optional ``ragged``: its extra shape may
+    differ between chunks and is padded; optional ``meta``: its :class:`Variable`), as recorded by
+    the engine. Each variable's metadata lands in its attrs (see :func:`variable_meta`).
     """
     data = {}
     for name, spec in layout["variables"].items():
@@ -201,12 +255,37 @@ def assemble_result(
         orbit_dims = [] if spec.get("per_sample") else list(layout["orbit_dims"])
         orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
         empty = (0, *orbit_shape, *spec["extra_shape"])
-        values = np.concatenate(chunks) if chunks else np.empty(empty, spec["dtype"])
-        data[name] = (["sample", *orbit_dims, *spec["extra_dims"]], values)
+        values = _join(chunks, bool(spec.get("ragged")), name) if chunks else np.empty(empty, spec["dtype"])
+        info = variable_info(name, spec, attrs.get("task"))
+        data[name] = xr.Variable(["sample", *orbit_dims, *spec["extra_dims"]], values,
+                                 attrs=info.attrs() if info is not None else None)
     coords: dict[str, Any] = {d: np.asarray(v) for d, v in layout["coords"].items()}
     coords["sample"] = np.asarray(samples, dtype=np.int64)
     clean = {k: (json.dumps(v) if isinstance(v, (dict, list, tuple)) else v) for k, v in attrs.items() if v is not None}
     return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean))
+
+
+def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
+    """Dataset-level metrics per orbit element from the task's ``compute`` (e.g.
+    ``class_accuracy`` for classification), over all samples or a ``subset`` (mask / indices).
+
+    Returns:
+        Dataset over the orbit dims, one variable per metric (with its metadata in attrs).
+    """
+    from ..tasks.base import task_from_spec
+
+    ds = result.data if isinstance(result, OrbitResult) else result
+    if "task" not in ds.attrs:
+        raise ValueError("the result carries no task spec; use the OrbitResult that evaluate() returned")
+    task = task_from_spec(json.loads(ds.attrs["task"]) if isinstance(ds.attrs["task"], str) else ds.attrs["task"])
+    dims = tuple(json.loads(ds.attrs["orbit_dims"]))
+    sel = ds if subset is None else ds.isel(sample=np.asarray(subset))
+    states = {n: sel[n].transpose("sample", *[d for d in sel[n].dims if d != "sample"]).values for n in sel.data_vars}
+    metrics = task.compute(states, len(dims))
+    meta = {v.name: v for v in task.dataset_variables()}
+    coords = {d: ds.coords[d].values for d in dims}
+    return xr.Dataset({n: xr.Variable(dims, np.asarray(v), attrs=meta[n].attrs() if n in meta else None)
+                       for n, v in metrics.items()}, coords=coords, attrs={"n": int(sel.sizes["sample"])})
 
 
 def check_same_orbit(a: OrbitResult, b: OrbitResult) -> None:

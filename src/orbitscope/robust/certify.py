@@ -40,7 +40,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..engine.evaluate import DataError, ModelError, _normalizer, _prepare_images, _Source
+from ..engine.model_call import ModelCall
+from ..engine.source import DataSource
+from ..errors import DataError, ModelError
+from ..kinds.image import prepare_images
 from .samplers import PerturbationSampler, parse_perturbation
 from .sequential import DEFAULT_TEST, NOT_ROBUST, ROBUST, UNDECIDED, RobustnessTest, default_budget, make_test
 
@@ -325,7 +328,7 @@ def _predict(forward: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
 
 def _run(
     forward: Callable[[Tensor], Tensor],
-    source: _Source,
+    source: DataSource,
     sampler: PerturbationSampler,
     test: RobustnessTest,
     *,
@@ -359,21 +362,44 @@ def _run(
             return False
         if not isinstance(batch, (tuple, list)) or len(batch) < 2:
             raise DataError("data items must be (image, label) pairs")
-        x = _prepare_images(batch[0], device)
-        labels = torch.as_tensor(batch[1]).reshape(-1).long().cpu()
+        x = prepare_images(batch[0], device)
+        raw = torch.as_tensor(batch[1])
+        if raw.ndim == 2 and raw.shape[0] == len(x) and raw.shape[1] > 1:
+            raise DataError(f"labels of shape {tuple(raw.shape)} look like one-hot labels or class scores: pass "
+                            "class indices of shape (N,), e.g. labels.argmax(1)")
+        if not label_free and raw.is_floating_point():
+            whole = torch.isfinite(raw) & (raw == raw.round())
+            if not bool(whole.all()):
+                bad = raw.reshape(-1)[~whole.reshape(-1)][0].item()
+                raise DataError(f"labels must be integer class indices, found {bad!r}: pass class indices 0..K-1 "
+                                "(or label_free=True to certify without labels)")
+        labels = raw.reshape(-1).long().cpu()
         if len(labels) != len(x):
             raise DataError(f"a batch holds {len(x)} images but {len(labels)} labels")
+        n_scores: list[int] = []
+
+        def scores(xb: Tensor) -> Tensor:  # the clean pass also gives the label check the model's class count
+            s = forward(xb)
+            if isinstance(s, Tensor) and s.ndim == 2:
+                n_scores.append(int(s.shape[1]))
+            return s
+
         if shape is None:
             shape = tuple(x.shape[1:])
         elif tuple(x.shape[1:]) != shape:
             raise DataError(f"inputs must all have the same shape (C, H, W): {shape} vs {tuple(x.shape[1:])}")
         with torch.inference_mode():
-            preds = torch.cat([_predict(forward, x[s : s + batch_size]) for s in range(0, len(x), batch_size)])
+            preds = torch.cat([_predict(scores, x[s : s + batch_size]) for s in range(0, len(x), batch_size)])
         queries += len(x)
         preds_np, labels_np = preds.cpu().numpy(), labels.numpy()
         if not label_free and bool((labels_np < 0).any()):
             raise DataError("some inputs have no label (-1): certify against labels needs them; "
                             "use label_free=True to test prediction stability instead")
+        if not label_free and n_scores and len(labels_np) and int(labels_np.max()) >= min(n_scores):
+            k, j = min(n_scores), int(np.argmax(labels_np >= min(n_scores)))
+            raise DataError(f"label {int(labels_np[j])} (input {start + j}) is outside the model's classes: the model "
+                            f"returns {k} scores per input, so labels must lie in 0..{k - 1}; check that the data "
+                            "and the model use the same classes (or pass label_free=True to certify without labels)")
         for j in range(len(x)):
             i = start + j
             out.label[i], out.clean_pred[i] = int(labels_np[j]), int(preds_np[j])
@@ -502,13 +528,13 @@ def _resolve_test(test: str | RobustnessTest | None, kappa: float, alpha: float,
     return test
 
 
-def _as_source(data: Any, batch_size: int, label_free: bool) -> _Source:
+def _as_source(data: Any, batch_size: int, label_free: bool) -> DataSource:
     if isinstance(data, Tensor) or isinstance(data, np.ndarray):
         if not label_free:
             raise DataError("data given as images only has no labels: pass (images, labels), or label_free=True")
         images = torch.as_tensor(data)
         data = (images, torch.full((len(images),), -1, dtype=torch.long))
-    return _Source(data, batch_size, None)
+    return DataSource(data, batch_size, None)
 
 
 def certify_forward(
@@ -650,19 +676,12 @@ def certify(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    from ..models.reference import eval_mode, model_device
+    from ..models.reference import model_device
 
     device = torch.device(device) if device is not None else model_device(model)
-    norm = _normalizer(normalize, device)
-
-    def forward(x: Tensor) -> Tensor:
-        try:
-            return model(norm(x))
-        except (RuntimeError, ValueError, TypeError, AssertionError) as exc:
-            raise ModelError(f"the model failed on a batch of perturbed inputs of shape {tuple(x.shape)} "
-                             f"(B, C, H, W): {exc}") from exc
-
-    with eval_mode(model):
+    # the one model call (normalise, forward, ModelError on failure); certify's loop slices itself
+    forward = ModelCall(model, normalize=normalize, device=device, forward_batch=2**62, what="perturbed inputs")
+    with forward.evaluating():
         return certify_forward(forward, data, sampler, test=test, kappa=kappa, alpha=alpha, budget=budget,
                                label_free=label_free, batch_size=batch_size, max_active=max_active, device=device,
                                seed=seed, return_counterexamples=return_counterexamples, progress=progress)

@@ -15,7 +15,7 @@ Families (CLI spelling in brackets; numbers may be fractions such as ``8/255``):
   Clipping moves mass onto the faces of the cube, so x' is uniform in the ball only where the
   ball lies inside [0, 1]^d.
 * :class:`GaussianNoise` (``gaussian:SIGMA``): ``x + N(0, σ²)`` per value, clipped to [0, 1].
-* Semantic, random group elements applied with :func:`orbitscope.kinds.actions.warp_images`
+* Semantic, random group elements applied with :func:`orbitscope.kinds.warp_images`
   (``layout="paired"``, bilinear, zero padding by default):
   :class:`RandomRotation` (``rotation:THETA``, angle ~ U[−θ, θ] degrees, CCW as displayed),
   :class:`RandomShift` (``shift:S`` integer pixels uniform in {−S, …, S} per axis, or
@@ -28,21 +28,32 @@ Families (CLI spelling in brackets; numbers may be fractions such as ``8/255``):
 
 ``sampler.spec()`` is a JSON-able dict (:func:`sampler_from_spec` rebuilds the sampler) and
 ``str(sampler)`` the CLI string that :func:`parse_perturbation` reads back.
+
+Your own sampler: subclass :class:`PixelSampler` or :class:`SemanticSampler`, give it a ``kind``
+and its CLI syntax (``cli_numbers`` numbers after the name, optional word ``cli_flags``, and
+:meth:`~PerturbationSampler.from_cli` if the constructor does not take the numbers in order), and
+register it with :func:`register_perturbation` (or ``PERTURBATIONS.register(kind, cls)``); then
+``parse_perturbation("mykind:0.1")``, ``sampler_from_spec`` and products with ``+`` accept it.
+
+Malformed specs raise :class:`~orbitscope.errors.SpecError` (a ``ValueError``): unknown names, a
+wrong count of numbers, empty factors (``linf:0.03+``), non-finite or out-of-range values.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-
-from ..kinds.actions import warp_images
+from .._registry import Registry
+from ..errors import DataError, SpecError
+from ..kinds import warp_images
 from ..group.elements import Transforms, rotation_matrix
 
 __all__ = [
@@ -57,6 +68,8 @@ __all__ = [
     "RandomScale",
     "RandomBrightness",
     "ProductSampler",
+    "PERTURBATIONS",
+    "register_perturbation",
     "parse_perturbation",
     "sampler_from_spec",
     "list_perturbations",
@@ -67,7 +80,7 @@ def _check_images(x: Tensor) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor (B, C, H, W), got {type(x).__name__}")
     if x.ndim != 4:
-        raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        raise DataError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"x must be floating point with values in [0, 1], got dtype {x.dtype}")
 
@@ -96,9 +109,29 @@ def _fmt(v: float) -> str:
 
 
 class PerturbationSampler(ABC):
-    """Draws one random perturbation x' per row of x (see the module docstring)."""
+    """Draws one random perturbation x' per row of x (see the module docstring).
 
-    kind: str = ""
+    CLI syntax (read by :func:`parse_perturbation`): ``kind`` then ``cli_numbers`` numbers and
+    any of the words in ``cli_flags``, separated by ``:``; :meth:`from_cli` builds the sampler.
+    """
+
+    kind: ClassVar[str] = ""
+    #: How many numbers follow the name in a CLI spec (``linf:EPS`` -> 1, ``scale:LO:HI`` -> 2).
+    cli_numbers: ClassVar[int] = 1
+    #: Optional words allowed after the name (e.g. ``("8bit",)``), lower case.
+    cli_flags: ClassVar[tuple[str, ...]] = ()
+    #: The syntax shown in error messages; default ``kind:X`` (one ``:X`` per number).
+    cli_usage: ClassVar[str] = ""
+
+    @classmethod
+    def from_cli(cls, numbers: list[float], flags: set[str]) -> PerturbationSampler:
+        """Build the sampler from the numbers and flags of a CLI spec (default: ``cls(*numbers)``)."""
+        return cls(*numbers)
+
+    @classmethod
+    def usage(cls) -> str:
+        """The CLI syntax, e.g. ``linf:EPS[:8bit]``."""
+        return cls.cli_usage or cls.kind + ":X" * cls.cli_numbers + "".join(f"[:{f}]" for f in cls.cli_flags)
 
     @abstractmethod
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -141,10 +174,19 @@ class PixelSampler(PerturbationSampler):
     """Noise added value by value (L∞, L2, Gaussian)."""
 
 
+def _as_float(value: Any, name: str) -> float:
+    if isinstance(value, bool):
+        raise SpecError(f"{name} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise SpecError(f"{name} must be a number, got {value!r}") from None
+
+
 def _positive(value: float, name: str) -> float:
-    v = float(value)
+    v = _as_float(value, name)
     if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be positive and finite, got {value}")
+        raise SpecError(f"{name} must be positive and finite, got {value}")
     return v
 
 
@@ -158,10 +200,19 @@ class LinfUniform(PixelSampler):
     """
 
     kind = "linf"
+    cli_flags = ("8bit",)
+    cli_usage = "linf:EPS[:8bit]"
 
     def __init__(self, eps: float, quantize: bool = False) -> None:
         self.eps = _positive(eps, "eps")
+        if self.eps > 1:
+            raise SpecError(f"eps must be at most 1 (images are in [0, 1], so a larger L-inf box covers every "
+                            f"image), got {eps}; for {_fmt(self.eps)} on the 0..255 scale write {_fmt(self.eps)}/255")
         self.quantize = bool(quantize)
+
+    @classmethod
+    def from_cli(cls, numbers: list[float], flags: set[str]) -> LinfUniform:
+        return cls(numbers[0], quantize="8bit" in flags)
 
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         self._prepare(x, generator)
@@ -187,6 +238,7 @@ class L2Uniform(PixelSampler):
     """
 
     kind = "l2"
+    cli_usage = "l2:EPS"
 
     def __init__(self, eps: float) -> None:
         self.eps = _positive(eps, "eps")
@@ -211,6 +263,7 @@ class GaussianNoise(PixelSampler):
     """``x + N(0, sigma²)`` independently per value, clipped to [0, 1]."""
 
     kind = "gaussian"
+    cli_usage = "gaussian:SIGMA"
 
     def __init__(self, sigma: float) -> None:
         self.sigma = _positive(sigma, "sigma")
@@ -233,7 +286,7 @@ class GaussianNoise(PixelSampler):
 
 
 class SemanticSampler(PerturbationSampler):
-    """Random group elements acting on images through :func:`~orbitscope.kinds.actions.warp_images`.
+    """Random group elements acting on images through :func:`~orbitscope.kinds.warp_images`.
 
     Subclasses implement :meth:`elements` (B random :class:`Transforms`); :meth:`sample` applies
     them with ``layout="paired"`` (row i gets element i).
@@ -268,9 +321,9 @@ def _draw(b: int, lo: float, hi: float, generator: torch.Generator | None, devic
 
 
 def _range(lo: float, hi: float, name: str) -> tuple[float, float]:
-    lo, hi = float(lo), float(hi)
+    lo, hi = _as_float(lo, f"{name} LO"), _as_float(hi, f"{name} HI")
     if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
-        raise ValueError(f"{name} range must satisfy 0 < LO <= HI, got {lo}:{hi}")
+        raise SpecError(f"{name} range must satisfy 0 < LO <= HI (finite), got {lo}:{hi}")
     return lo, hi
 
 
@@ -278,12 +331,13 @@ class RandomRotation(SemanticSampler):
     """Rotation by an angle ~ U[−max_angle, max_angle] degrees (CCW as displayed) about the centre."""
 
     kind = "rotation"
+    cli_usage = "rotation:DEGREES"
 
     def __init__(self, max_angle: float, **warp: Any) -> None:
         super().__init__(**warp)
         self.max_angle = _positive(max_angle, "max_angle")
         if self.max_angle > 180:
-            raise ValueError(f"max_angle must be at most 180 degrees, got {max_angle}")
+            raise SpecError(f"max_angle must be at most 180 degrees, got {max_angle}")
 
     def elements(self, b: int, generator: torch.Generator | None, device: torch.device) -> Transforms:
         angles = _draw(b, -self.max_angle, self.max_angle, generator, device)
@@ -304,14 +358,20 @@ class RandomShift(SemanticSampler):
     """
 
     kind = "shift"
+    cli_flags = ("continuous",)
+    cli_usage = "shift:PIXELS[:continuous]"
 
     def __init__(self, max_shift: float, integer: bool = True, **warp: Any) -> None:
         super().__init__(**warp)
         self.max_shift = _positive(max_shift, "max_shift")
         self.integer = bool(integer)
         if self.integer and self.max_shift != int(self.max_shift):
-            raise ValueError(f"an integer shift needs a whole number of pixels, got {max_shift} "
+            raise SpecError(f"an integer shift needs a whole number of pixels, got {max_shift} "
                              "(use integer=False / 'shift:S:continuous' for continuous shifts)")
+
+    @classmethod
+    def from_cli(cls, numbers: list[float], flags: set[str]) -> RandomShift:
+        return cls(numbers[0], integer="continuous" not in flags)
 
     def elements(self, b: int, generator: torch.Generator | None, device: torch.device) -> Transforms:
         s = self.max_shift
@@ -332,6 +392,8 @@ class RandomScale(SemanticSampler):
     """Isotropic scaling about the centre by a factor ~ U[low, high]."""
 
     kind = "scale"
+    cli_numbers = 2
+    cli_usage = "scale:LO:HI"
 
     def __init__(self, low: float, high: float, **warp: Any) -> None:
         super().__init__(**warp)
@@ -352,6 +414,8 @@ class RandomBrightness(SemanticSampler):
     """Brightness gain ~ U[low, high] (values multiplied, then clipped to [0, 1])."""
 
     kind = "brightness"
+    cli_numbers = 2
+    cli_usage = "brightness:LO:HI"
 
     def __init__(self, low: float, high: float, **warp: Any) -> None:
         super().__init__(**warp)
@@ -385,7 +449,7 @@ class ProductSampler(PerturbationSampler):
                 raise TypeError(f"product factors must be perturbation samplers, got {type(f).__name__}")
             flat.extend(f.factors if isinstance(f, ProductSampler) else [f])
         if len(flat) < 2:
-            raise ValueError("a product needs at least two factors")
+            raise SpecError(f"a product needs at least two factors, got {len(flat)}")
         self.factors = flat
         self.semantic = [f for f in flat if isinstance(f, SemanticSampler)]
         self.pixel = [f for f in flat if not isinstance(f, SemanticSampler)]
@@ -413,82 +477,134 @@ class ProductSampler(PerturbationSampler):
 
 
 # ---------------------------------------------------------------------------------------------
-# parsing
+# registry and parsing
 # ---------------------------------------------------------------------------------------------
 
-_HELP = (
-    "perturbation specs: 'linf:EPS' (add ':8bit' for Mu & Lim's 8-bit quantisation), 'l2:EPS', "
-    "'gaussian:SIGMA', 'rotation:DEGREES', 'shift:PIXELS' (add ':continuous' for non-integer shifts), "
-    "'scale:LO:HI', 'brightness:LO:HI'; numbers may be fractions such as 8/255; join factors with '+', "
-    "e.g. 'rotation:15+scale:0.9:1.1'"
-)
+#: The perturbation families by ``kind``: name -> sampler class (see :func:`register_perturbation`).
+PERTURBATIONS: Registry[type[PerturbationSampler]] = Registry("perturbation", key="kind")
 
 
-def _number(text: str, spec: str) -> float:
+def register_perturbation(cls: type[PerturbationSampler], *, replace: bool = False) -> type[PerturbationSampler]:
+    """Register a sampler class under its ``kind`` (usable as a class decorator).
+
+    The kind must be lower case without ``:``, ``+`` or spaces (it is the first word of the CLI
+    spec); the class must be a :class:`PerturbationSampler` whose ``spec()`` holds ``kind`` and
+    the constructor's keyword arguments (what :func:`sampler_from_spec` passes back).
+    """
+    if not (isinstance(cls, type) and issubclass(cls, PerturbationSampler)):
+        raise TypeError(f"a perturbation must be a PerturbationSampler subclass, got {cls!r}")
+    kind = cls.kind
+    if not isinstance(kind, str) or not kind or kind != kind.lower() or any(c in kind for c in ":+ \t") \
+            or kind == ProductSampler.kind:
+        raise SpecError(f"{cls.__name__}.kind must be a lower-case name without ':', '+' or spaces "
+                        f"(and not 'product'), got {kind!r}")
+    PERTURBATIONS.register(kind, cls, replace=replace)
+    return cls
+
+
+for _cls in (LinfUniform, L2Uniform, GaussianNoise, RandomRotation, RandomShift, RandomScale, RandomBrightness):
+    register_perturbation(_cls)
+del _cls
+
+
+def _help() -> str:
+    forms = ", ".join(f"'{cls.usage()}'" for _, cls in PERTURBATIONS.list())
+    return (f"perturbation specs: {forms} ('linf:EPS:8bit' quantises to 8 bits as Mu & Lim; 'shift:S:continuous' "
+            "draws non-integer shifts); numbers may be fractions such as 8/255; join factors with '+', "
+            "e.g. 'rotation:15+scale:0.9:1.1'")
+
+
+def _number(text: str, spec: str, usage: str) -> float:
+    t = text.strip()
+    if not t:
+        raise SpecError(f"perturbation {spec!r} has an empty number (a doubled or trailing ':'); usage: {usage}")
     try:
-        return float(Fraction(text.strip()))
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"cannot read the number {text!r} in perturbation {spec!r}; {_HELP}") from None
+        value = float(Fraction(t))
+    except OverflowError:
+        value = math.inf
+    except ZeroDivisionError:
+        raise SpecError(f"perturbation {spec!r}: {t!r} divides by zero; usage: {usage}") from None
+    except ValueError:
+        try:
+            value = float(t)  # 'nan', 'inf': readable, but refused below with a clearer message
+        except ValueError:
+            raise SpecError(f"cannot read the number {t!r} in perturbation {spec!r}; usage: {usage} "
+                            "(numbers may be decimals or fractions such as 8/255)") from None
+    if not math.isfinite(value):
+        raise SpecError(f"perturbation {spec!r}: {t!r} is not a finite number; usage: {usage}")
+    return value
 
 
 def _parse_one(text: str) -> PerturbationSampler:
     name, *args = [a.strip() for a in text.split(":")]
-    name = name.lower()
-    flags = {a.lower() for a in args if a.lower() in ("8bit", "continuous")}
-    nums = [_number(a, text) for a in args if a.lower() not in ("8bit", "continuous")]
-    expected = {"linf": 1, "l2": 1, "gaussian": 1, "rotation": 1, "shift": 1, "scale": 2, "brightness": 2}
-    allowed_flags = {"linf": {"8bit"}, "shift": {"continuous"}}
-    if name not in expected:
-        raise ValueError(f"unknown perturbation {name!r} in {text!r}; {_HELP}")
-    if len(nums) != expected[name] or not flags <= allowed_flags.get(name, set()):
-        raise ValueError(f"cannot parse perturbation {text!r}; {_HELP}")
-    if name == "linf":
-        return LinfUniform(nums[0], quantize="8bit" in flags)
-    if name == "l2":
-        return L2Uniform(nums[0])
-    if name == "gaussian":
-        return GaussianNoise(nums[0])
-    if name == "rotation":
-        return RandomRotation(nums[0])
-    if name == "shift":
-        return RandomShift(nums[0], integer="continuous" not in flags)
-    if name == "scale":
-        return RandomScale(*nums)
-    return RandomBrightness(*nums)
+    if name.lower() not in PERTURBATIONS:
+        raise SpecError(f"unknown perturbation {name!r} in {text!r}; {_help()}")
+    cls = PERTURBATIONS.get(name.lower())
+    usage = cls.usage()
+    flags: set[str] = set()
+    nums: list[float] = []
+    for a in args:
+        word = a.lower()
+        if word in cls.cli_flags:
+            if word in flags:
+                raise SpecError(f"perturbation {text!r} repeats the option {a!r}; usage: {usage}")
+            flags.add(word)
+        elif any(word in other.cli_flags for _, other in PERTURBATIONS.list()):  # another family's option
+            allowed = f"its options are {', '.join(map(repr, cls.cli_flags))}" if cls.cli_flags else "it takes no options"
+            raise SpecError(f"perturbation {text!r}: {cls.kind!r} has no option {a!r} ({allowed}); usage: {usage}")
+        else:
+            nums.append(_number(a, text, usage))
+    if len(nums) != cls.cli_numbers:
+        raise SpecError(f"perturbation {text!r}: {cls.kind!r} takes {cls.cli_numbers} number(s), got {len(nums)}; "
+                        f"usage: {usage}")
+    try:
+        sampler = cls.from_cli(nums, flags)
+    except SpecError as exc:
+        raise SpecError(f"perturbation {text!r}: {exc}") from exc
+    if not isinstance(sampler, PerturbationSampler):
+        raise TypeError(f"{cls.__name__}.from_cli returned {type(sampler).__name__}, not a PerturbationSampler")
+    return sampler
 
 
 def parse_perturbation(text: str) -> PerturbationSampler:
     """Build a sampler from a CLI string such as ``linf:8/255``, ``rotation:15+scale:0.9:1.1``.
 
-    A sampler given instead of a string is returned as is.
+    A sampler given instead of a string is returned as is. Names and options are
+    case-insensitive; spaces are ignored. Raises :class:`~orbitscope.errors.SpecError` for a
+    malformed spec: an unknown name, a wrong count of numbers, an empty factor (the trailing
+    ``+`` of ``linf:0.03+``), a repeated or unknown option, a non-finite or out-of-range value.
     """
     if isinstance(text, PerturbationSampler):
         return text
     if not isinstance(text, str):
         raise TypeError(f"a perturbation is a spec string or a sampler, got {type(text).__name__}")
-    parts = [p for p in text.replace(" ", "").split("+") if p]
-    if not parts:
-        raise ValueError(f"empty perturbation spec; {_HELP}")
+    compact = "".join(text.split())
+    if not compact:
+        raise SpecError(f"empty perturbation spec; {_help()}")
+    parts = compact.split("+")
+    if not all(parts):
+        raise SpecError(f"perturbation {text!r} has an empty factor (a leading, trailing or doubled '+'); "
+                        "remove the extra '+' or add the missing factor, e.g. 'linf:0.03+rotation:5'")
     samplers = [_parse_one(p) for p in parts]
     return samplers[0] if len(samplers) == 1 else ProductSampler(samplers)
 
 
-_CLASSES: dict[str, type[PerturbationSampler]] = {
-    c.kind: c for c in (LinfUniform, L2Uniform, GaussianNoise, RandomRotation, RandomShift, RandomScale, RandomBrightness)
-}
-
-
-def sampler_from_spec(spec: dict[str, Any]) -> PerturbationSampler:
-    """Rebuild a sampler from :meth:`PerturbationSampler.spec`."""
+def sampler_from_spec(spec: Mapping[str, Any]) -> PerturbationSampler:
+    """Rebuild a sampler from :meth:`PerturbationSampler.spec` (a dict with ``"kind"``)."""
+    if not isinstance(spec, Mapping):
+        hint = f"; for a CLI string use parse_perturbation({spec!r})" if isinstance(spec, str) else ""
+        raise SpecError(f"a sampler spec is a dict such as {{'kind': 'linf', 'eps': 0.03}} (from sampler.spec()), "
+                        f"got {type(spec).__name__}{hint}")
     spec = dict(spec)
-    kind = spec.pop("kind", None)
-    if kind == "product":
-        return ProductSampler([sampler_from_spec(f) for f in spec["factors"]])
-    if kind not in _CLASSES:
-        raise ValueError(f"unknown perturbation kind {kind!r}; known: {', '.join(list_perturbations())}")
-    return _CLASSES[kind](**spec)
+    if spec.get("kind") == ProductSampler.kind:
+        factors = spec.get("factors")
+        if not isinstance(factors, (list, tuple)) or set(spec) != {"kind", "factors"}:
+            raise SpecError("a product spec is {'kind': 'product', 'factors': [spec, spec, ...]} with at least two "
+                            f"factor specs, got {spec!r}")
+        return ProductSampler([sampler_from_spec(f) for f in factors])
+    return PERTURBATIONS.from_spec(spec)
 
 
 def list_perturbations() -> list[str]:
-    """The perturbation kinds (names usable in :func:`parse_perturbation`)."""
-    return sorted(_CLASSES)
+    """The registered perturbation kinds (names usable in :func:`parse_perturbation`), sorted."""
+    return PERTURBATIONS.names()

@@ -23,7 +23,14 @@ Convention (every test here):
 Tests: ``"binomial"`` (fixed-sample exact test), ``"published"`` (Mu & Lim's rule, faithfully),
 ``"sprt"`` (Wald's sequential probability ratio test; :data:`DEFAULT_TEST`), and
 ``"confidence-sequence"`` (Robbins' beta-binomial mixture confidence sequence).
-Build them with :func:`make_test`; simulate them with :func:`simulate`.
+Build them with :func:`make_test`; simulate them with :func:`simulate`. :data:`TESTS` is the
+registry behind :func:`make_test` and :func:`list_tests`: register your own test (a frozen,
+keyword-only dataclass subclass of :class:`RobustnessTest` with a ``name``) with
+:func:`register_test` and it is usable everywhere a test name is (``certify(test="mine")``, the
+CLI's ``--test``).
+
+Bad parameters raise :class:`~orbitscope.errors.SpecError` and bad counts
+:class:`~orbitscope.errors.DataError` (both ``ValueError``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 from scipy import special, stats
 
+from .._registry import Registry
+from ..errors import DataError, SpecError
+
 __all__ = [
     "DEFAULT_TEST",
     "NOT_ROBUST",
@@ -48,12 +58,14 @@ __all__ = [
     "RobustnessTest",
     "SPRTTest",
     "SimulationResult",
+    "TESTS",
     "binom_test_two_sided",
     "clopper_pearson",
     "default_budget",
     "fixed_sample_size",
     "list_tests",
     "make_test",
+    "register_test",
     "simulate",
 ]
 
@@ -74,7 +86,7 @@ def _check_unit(name: str, value: float) -> float:
         raise TypeError(f"{name} must be a number in (0, 1), got {type(value).__name__}")
     value = float(value)
     if not 0.0 < value < 1.0:
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+        raise SpecError(f"{name} must lie strictly between 0 and 1, got {value!r}")
     return value
 
 
@@ -87,9 +99,9 @@ def _counts(failures: Any, n: Any) -> tuple[np.ndarray, np.ndarray]:
             raise TypeError(f"{name} must hold integer counts, got dtype {a.dtype}")
     f, t = np.broadcast_arrays(f.astype(np.int64, copy=False), t.astype(np.int64, copy=False))
     if f.size and (f.min() < 0 or t.min() < 0):
-        raise ValueError("counts must be non-negative")
+        raise DataError("counts must be non-negative")
     if f.size and (f > t).any():
-        raise ValueError("failures cannot exceed the number of samples n (pass cumulative counts)")
+        raise DataError("failures cannot exceed the number of samples n (pass cumulative counts)")
     return f, t
 
 
@@ -107,7 +119,7 @@ def clopper_pearson(
     k, n = _counts(count, total)
     tail = {"two-sided": (1.0 - confidence) / 2, "less": 1.0 - confidence, "greater": 1.0 - confidence}.get(alternative)
     if tail is None:
-        raise ValueError(f"alternative must be 'two-sided', 'less' or 'greater', got {alternative!r}")
+        raise SpecError(f"alternative must be 'two-sided', 'less' or 'greater', got {alternative!r}")
     with np.errstate(invalid="ignore", divide="ignore"):
         lo = stats.beta.ppf(tail, k, n - k + 1)
         hi = stats.beta.ppf(1.0 - tail, k + 1, n - k)
@@ -182,7 +194,7 @@ def fixed_sample_size(kappa: float, alpha: float, power: float = 0.99, p_alt: fl
     power = _check_unit("power", power)
     p_alt = kappa / 2 if p_alt is None else float(p_alt)
     if not 0.0 <= p_alt < kappa:
-        raise ValueError(f"p_alt must satisfy 0 <= p_alt < kappa (= {kappa}), got {p_alt!r}")
+        raise SpecError(f"p_alt must satisfy 0 <= p_alt < kappa (= {kappa}), got {p_alt!r}")
     start, chunk = 1, 1024
     while start < 10**9:
         n = np.arange(start, start + chunk, dtype=np.int64)
@@ -193,7 +205,7 @@ def fixed_sample_size(kappa: float, alpha: float, power: float = 0.99, p_alt: fl
             return int(n[hit[0]])
         start += chunk
         chunk = min(2 * chunk, 1 << 20)
-    raise ValueError("no sample size below 1e9 reaches that power; move p_alt further below kappa")
+    raise SpecError("no sample size below 1e9 reaches that power; move p_alt further below kappa")
 
 
 def default_budget(kappa: float, alpha: float) -> int:
@@ -222,7 +234,7 @@ class RobustnessTest:
         object.__setattr__(self, "alpha", _check_unit("alpha", self.alpha))
         if self.budget is not None:
             if isinstance(self.budget, bool) or not isinstance(self.budget, (int, np.integer)) or self.budget < 1:
-                raise ValueError(f"budget must be a positive integer number of samples (or None), got {self.budget!r}")
+                raise SpecError(f"budget must be a positive integer number of samples (or None), got {self.budget!r}")
             object.__setattr__(self, "budget", int(self.budget))
 
     def _look_size(self) -> int:
@@ -377,7 +389,7 @@ class SPRTTest(_AnytimeTest):
             object.__setattr__(self, "p1", 0.45 * self.kappa)
         p1 = float(self.p1)
         if not 0.0 < p1 < self.kappa:
-            raise ValueError(f"p1 (the alternative) must satisfy 0 < p1 < kappa (= {self.kappa}), got {p1!r}")
+            raise SpecError(f"p1 (the alternative) must satisfy 0 < p1 < kappa (= {self.kappa}), got {p1!r}")
         object.__setattr__(self, "p1", p1)
         object.__setattr__(self, "beta", self.alpha / 10 if self.beta is None else _check_unit("beta", self.beta))
 
@@ -433,7 +445,7 @@ class ConfidenceSequenceTest(_AnytimeTest):
         for key in ("prior_a", "prior_b"):
             v = float(getattr(self, key))
             if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{key} must be a positive finite Beta prior parameter, got {v!r}")
+                raise SpecError(f"{key} must be a positive finite Beta prior parameter, got {v!r}")
             object.__setattr__(self, key, v)
 
     def _log_marginal(self, f: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -478,17 +490,40 @@ class ConfidenceSequenceTest(_AnytimeTest):
 
 def _check_look(look: Any) -> None:
     if isinstance(look, bool) or not isinstance(look, (int, np.integer)) or look < 1:
-        raise ValueError(f"look (samples per look) must be a positive integer, got {look!r}")
+        raise SpecError(f"look (samples per look) must be a positive integer, got {look!r}")
 
 
-_TESTS: dict[str, type[RobustnessTest]] = {
-    cls.name: cls for cls in (BinomialTest, PublishedTest, SPRTTest, ConfidenceSequenceTest)
-}
+#: The robustness tests by name: name -> test class (see :func:`register_test`).
+TESTS: Registry[type[RobustnessTest]] = Registry("robustness test", key="name")
+#: The built-in tests in the order :func:`list_tests` gives them (user tests follow, sorted).
+_BUILTIN_ORDER = ("binomial", "published", "sprt", "confidence-sequence")
+
+
+def register_test(cls: type[RobustnessTest], *, replace: bool = False) -> type[RobustnessTest]:
+    """Register a test class under its ``name`` (usable as a class decorator).
+
+    The class must subclass :class:`RobustnessTest` (a frozen, keyword-only dataclass: its extra
+    fields are the options :func:`make_test` accepts) and set the ``name`` class variable.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, RobustnessTest)):
+        raise TypeError(f"a robustness test must be a RobustnessTest subclass, got {cls!r}")
+    if not dataclasses.is_dataclass(cls) or "name" in {f.name for f in dataclasses.fields(cls)}:
+        raise TypeError(f"{cls.__name__} must be a @dataclass(frozen=True, kw_only=True) with name as a ClassVar")
+    name = cls.name
+    if not isinstance(name, str) or not name.strip() or name != name.strip().lower():
+        raise SpecError(f"{cls.__name__}.name must be a non-empty lower-case string, got {name!r}")
+    TESTS.register(name, cls, replace=replace)
+    return cls
+
+
+for _cls in (BinomialTest, PublishedTest, SPRTTest, ConfidenceSequenceTest):
+    register_test(_cls)
+del _cls
 
 
 def list_tests() -> list[str]:
-    """Names accepted by :func:`make_test`."""
-    return list(_TESTS)
+    """Names accepted by :func:`make_test`: the built-in tests, then registered ones (sorted)."""
+    return [n for n in _BUILTIN_ORDER if n in TESTS] + [n for n in TESTS.names() if n not in _BUILTIN_ORDER]
 
 
 def make_test(name: str = DEFAULT_TEST, *, kappa: float, alpha: float, budget: int | None = None, **options: Any) -> RobustnessTest:
@@ -497,14 +532,17 @@ def make_test(name: str = DEFAULT_TEST, *, kappa: float, alpha: float, budget: i
     ``budget=None`` means the test's default: the fixed test's n (``"binomial"``), no cap
     (``"published"``), :func:`default_budget` (``"sprt"``, ``"confidence-sequence"``).
     ``options`` are the test's own parameters (``look``, ``p1``, ``beta``, ``prior_a``, ...).
+    Names are case-insensitive. Raises :class:`~orbitscope.errors.SpecError` for an unknown
+    name or option.
     """
-    cls = _TESTS.get(name)
-    if cls is None:
-        raise ValueError(f"unknown robustness test {name!r}; choose one of {list_tests()}")
+    key = name.strip().lower() if isinstance(name, str) else name
+    if not isinstance(key, str) or key not in TESTS:
+        raise SpecError(f"unknown robustness test {name!r}; choose one of {list_tests()}")
+    cls = TESTS.get(key)
     allowed = {f.name for f in dataclasses.fields(cls)} - {"kappa", "alpha", "budget"}
     unknown = set(options) - allowed
     if unknown:
-        raise ValueError(f"test {name!r} has no option(s) {sorted(unknown)}; its options are {sorted(allowed)}")
+        raise SpecError(f"test {key!r} has no option(s) {sorted(unknown)}; its options are {sorted(allowed)}")
     return cls(kappa=kappa, alpha=alpha, budget=budget, **options)
 
 
@@ -530,12 +568,12 @@ def simulate(
     without a budget, e.g. the published rule); inputs still undecided there are UNDECIDED.
     """
     if not 0.0 <= float(p) <= 1.0:
-        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+        raise SpecError(f"p must be a probability in [0, 1], got {p!r}")
     if isinstance(n_inputs, bool) or not isinstance(n_inputs, (int, np.integer)) or n_inputs < 0:
-        raise ValueError(f"n_inputs must be a non-negative integer, got {n_inputs!r}")
+        raise SpecError(f"n_inputs must be a non-negative integer, got {n_inputs!r}")
     limit = test.budget if max_samples is None else min(int(max_samples), test.budget or int(max_samples))
     if limit is None:
-        raise ValueError(f"test {test.name!r} has no budget; pass max_samples= as a safety cap")
+        raise SpecError(f"test {test.name!r} has no budget; pass max_samples= as a safety cap")
     out = np.zeros(n_inputs, dtype=np.int8)
     n = np.zeros(n_inputs, dtype=np.int64)
     f = np.zeros(n_inputs, dtype=np.int64)

@@ -1,135 +1,185 @@
-"""Tasks: how a model's output is read and scored against the (transformed) target.
+"""The task protocol (Task v2): how a model's output is read and scored against the moved target.
 
-A task declares the data kinds of its input and target (so the engine knows how a group element
-acts on them, see :mod:`orbitscope.kinds.actions`), the variables it records per sample and orbit
-element, and a pure ``score`` function. Tasks are stateless and deterministic.
+A task declares the data kinds of its input, target and output (:mod:`orbitscope.kinds`), the
+variables it records (:class:`~orbitscope.tasks.variables.Variable`, with their meaning), and:
+
+* ``collate(items)``: a list of dataset items ``(input, target)`` -> ``(inputs, targets)``
+  batches; ragged targets (a varying number of boxes) are padded with a validity mask by their
+  kind;
+* ``read_outputs(raw)``: whatever the model returned (tensor, tuple, torchvision-style
+  ``list[dict]``) -> the task's output form;
+* ``score(outputs, targets_g, g)``: per-row variables. Rows are element-major (row ``k·B + b`` is
+  sample ``b`` under element ``k``); ``targets_g`` were already mapped by the same element
+  through the target kind's action, and ``g`` holds each row's element;
+* ``compute(states)`` (optional): dataset-level metrics built from per-sample states (the
+  torchmetrics update/compute split), e.g. AP per orbit element;
+* ``canonicalize(outputs, g)`` (optional): the inverse action on outputs (``g⁻¹∘f(g·x)``), and
+  ``consensus(canonical, weights)``: the canonical-frame pseudo-target averaged over the orbit
+  (NERO's consensus); the engine re-applies each element to it and scores against it.
+
+Tasks are stateless and deterministic; ``spec()`` describes one and
+:func:`task_from_spec` rebuilds it (through the :data:`TASKS` registry).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
+from torch.utils.data._utils.collate import default_collate
 
-__all__ = ["Task", "Variable", "Classification", "task_from_spec"]
+from .._registry import Registry
+from ..errors import DataError, ModelError
+from ..group.elements import Transforms
+from .variables import Variable
+
+__all__ = ["Task", "TASKS", "register_task", "task_from_spec", "list_tasks", "split_item", "concat_outputs"]
 
 
-@dataclass(frozen=True)
-class Variable:
-    """One recorded quantity: numpy dtype, extra trailing dims (after sample × orbit dims)."""
+def split_item(item: Any, index: int) -> tuple[Any, Any]:
+    """A dataset item as ``(input, target)``; a DataError that says how to fix anything else."""
+    if isinstance(item, dict):
+        raise DataError(
+            f"dataset item {index} is a dict (keys {sorted(map(str, item))}); orbitscope needs (input, target) "
+            "pairs: wrap the dataset, e.g. a Dataset whose __getitem__ returns (item['image'], item['label'])"
+        )
+    if isinstance(item, (tuple, list)) and len(item) >= 2:
+        return item[0], item[1]
+    what = f"a {type(item).__name__}" + (f" of length {len(item)}" if isinstance(item, (tuple, list)) else "")
+    raise DataError(f"dataset item {index} is {what}; orbitscope needs (input, target) pairs (for unlabelled data, "
+                    "use a placeholder target and label-free metrics such as consensus)")
 
-    name: str
-    dtype: str
-    extra_dims: tuple[str, ...] = ()
-    description: str = ""
+
+def concat_outputs(parts: Sequence[Any]) -> Any:
+    """Concatenate per-call model outputs along rows: tensors, tuples/lists of tensors (per
+    position), dicts of tensors (per key), or lists of per-row objects (e.g. torchvision's
+    ``list[dict]``)."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, Tensor):
+        return torch.cat(parts)
+    if isinstance(first, dict):
+        return {k: concat_outputs([p[k] for p in parts]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(concat_outputs([p[i] for p in parts]) for i in range(len(first)))
+    if isinstance(first, list):
+        return [row for p in parts for row in p]
+    raise ModelError(f"cannot concatenate model outputs of type {type(first).__name__}; return tensors, tuples of "
+                     "tensors, dicts of tensors or a list with one entry per input")
 
 
 class Task:
-    """Base class. Subclasses set ``kind``, ``input_kind``, ``target_kind``."""
+    """Base class (see the module docstring). Subclasses set ``kind`` and the three data kinds,
+    and implement ``variables``, ``score`` and ``spec``."""
 
     kind: str = ""
     input_kind: str = "image"
     target_kind: str = "label"
+    output_kind: str = "scores"
 
-    def variables(self, num_outputs: int) -> list[Variable]:  # pragma: no cover - abstract
+    # -- declaration ---------------------------------------------------------------------------
+    def variables(self, num_outputs: int = 0) -> list[Variable]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def score(self, outputs: Tensor, targets: Tensor) -> dict[str, Tensor]:  # pragma: no cover
-        raise NotImplementedError
+    def variable(self, name: str) -> Variable | None:
+        """The declared variable called ``name`` (including consensus variables), or None."""
+        for v in [*self.variables(0), *self.consensus_variables()]:
+            if v.name == name:
+                return v
+        return None
 
     def spec(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # -- data ----------------------------------------------------------------------------------
+    def collate(self, items: Sequence[Any]) -> tuple[Any, Any]:
+        """Dataset items -> ``(inputs, targets)``: inputs stacked (``default_collate``); targets
+        collated by ``collate_targets``."""
+        pairs = [split_item(item, i) for i, item in enumerate(items)]
+        try:
+            inputs = default_collate([p[0] for p in pairs])
+        except (RuntimeError, TypeError) as exc:
+            raise DataError(f"cannot stack the inputs of one batch ({exc}); inputs must be arrays of one shape") from None
+        return inputs, self.collate_targets([p[1] for p in pairs])
 
-def _to_probabilities(outputs: Tensor, mode: str) -> Tensor:
-    """Rows of class scores -> probabilities.
+    def collate_targets(self, targets: Sequence[Any]) -> Any:
+        """Per-item targets -> one batch (default: ``default_collate``)."""
+        try:
+            return default_collate(list(targets))
+        except (RuntimeError, TypeError) as exc:
+            raise DataError(f"cannot batch the targets ({exc}); targets must have one shape per task") from None
 
-    ``mode="auto"`` treats a batch as probabilities when every row is non-negative and sums to 1
-    (within 1e-3), else as logits (softmax). The rule is per batch and depends only on its values.
-    """
-    out = outputs.float()
-    if mode == "logits":
-        return torch.softmax(out, dim=-1)
-    looks_like_probs = bool((out >= 0).all()) and bool(((out.sum(-1) - 1).abs() < 1e-3).all())
-    if mode == "probabilities":
-        if not looks_like_probs:
-            raise ValueError(
-                "output='probabilities' but the model's rows are not non-negative summing to 1; "
-                "use output='logits' (or 'auto')"
-            )
-        return out
-    return out if looks_like_probs else torch.softmax(out, dim=-1)
+    def read_outputs(self, raw: Any) -> Any:
+        """The model's return value -> the task's output form (default: a tensor, or the first
+        element of a tuple/list such as ``(logits, features)``)."""
+        if isinstance(raw, Tensor):
+            return raw
+        if isinstance(raw, (tuple, list)) and raw and isinstance(raw[0], Tensor):
+            return raw[0]
+        if isinstance(raw, dict):
+            for key in ("logits", "out", "scores"):
+                if isinstance(raw.get(key), Tensor):
+                    return raw[key]
+        raise ModelError(f"the model must return a tensor of scores for a {self.kind or 'this'} task, got "
+                         f"{type(raw).__name__}")
+
+    # -- scoring -------------------------------------------------------------------------------
+    def score(self, outputs: Any, targets: Any, g: Transforms) -> dict[str, Tensor]:  # pragma: no cover
+        raise NotImplementedError
+
+    def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
+        """Dataset-level metrics from per-sample states: ``states[name]`` has shape
+        ``(samples, *orbit shape, ...)``; returns arrays over the orbit shape. None by default."""
+        return {}
+
+    def dataset_variables(self) -> list[Variable]:
+        """Variables that ``compute`` returns (over orbit dims only)."""
+        return []
+
+    # -- consensus -----------------------------------------------------------------------------
+    supports_consensus: bool = False
+
+    def canonicalize(self, outputs: Any, g: Transforms) -> Any:
+        """Outputs mapped back by each row's inverse element (``g⁻¹∘f(g·x)``)."""
+        raise NotImplementedError(f"task {self.kind!r} has no consensus (canonicalize is not defined)")
+
+    def consensus(self, canonical: Any, n_elements: int, n_samples: int, weights: np.ndarray) -> Any:
+        """The canonical-frame pseudo-target per sample from ``canonical`` rows (element-major,
+        ``n_elements × n_samples``), averaging element ``k`` with weight ``weights[k]``."""
+        raise NotImplementedError(f"task {self.kind!r} has no consensus rule")
+
+    def consensus_variables(self) -> list[Variable]:
+        """Variables scored against the consensus (label-free): by default every variable that
+        needs labels, renamed ``consensus_<name>`` (see :meth:`consensus_name`)."""
+        if not self.supports_consensus:
+            return []
+        return [v.renamed(self.consensus_name(v.name), needs_labels=False,
+                          label=f"{v.label or v.name} vs consensus", description=f"{v.description} (against the consensus)")
+                for v in self.variables(0) if v.needs_labels and v.kind != "state"]
+
+    def consensus_name(self, name: str) -> str:
+        return f"consensus_{name}"
 
 
-@dataclass(frozen=True)
-class Classification(Task):
-    """Image classification; the group acts trivially on labels (equivariance = invariance).
+#: Registered tasks: ``spec()["kind"]`` -> task class (with a ``from_spec`` classmethod or
+#: keyword arguments matching the spec's other keys).
+TASKS: Registry[type[Task]] = Registry("task kind")
 
-    Records per sample and orbit element:
-    ``confidence`` (probability of the true class), ``prediction`` (argmax class), ``correct``
-    (1 if prediction == label), ``top1_confidence`` (probability of the predicted class),
-    ``entropy`` (of the predicted distribution, in nats) and, if ``store_probabilities``, the full
-    ``probabilities`` (extra dim ``class``).
 
-    Args:
-        output: ``"logits"``, ``"probabilities"`` or ``"auto"`` (see ``_to_probabilities``).
-        store_probabilities: also keep all class probabilities (N × K × classes floats).
-    """
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: register a task class under its ``kind``."""
+    TASKS.register(cls.kind if isinstance(cls.kind, str) else cls.__name__.lower(), cls)
+    return cls
 
-    output: Literal["auto", "logits", "probabilities"] = "auto"
-    store_probabilities: bool = False
-    kind: str = field(default="classification", init=False)
 
-    def __post_init__(self) -> None:
-        if self.output not in ("auto", "logits", "probabilities"):
-            raise ValueError(f"output must be 'auto', 'logits' or 'probabilities', got {self.output!r}")
-
-    def variables(self, num_outputs: int) -> list[Variable]:
-        v = [
-            Variable("confidence", "float32", description="probability of the true class"),
-            Variable("prediction", "int32", description="predicted class (argmax)"),
-            Variable("correct", "uint8", description="1 if the prediction equals the label"),
-            Variable("top1_confidence", "float32", description="probability of the predicted class"),
-            Variable("entropy", "float32", description="entropy of the predicted distribution (nats)"),
-        ]
-        if self.store_probabilities:
-            v.append(Variable("probabilities", "float32", ("class",), "class probabilities"))
-        return v
-
-    def score(self, outputs: Tensor, targets: Tensor) -> dict[str, Tensor]:
-        """outputs (N, classes), targets (N,) int -> dict of (N, ...) tensors."""
-        if outputs.ndim != 2:
-            raise ValueError(f"a classifier must return (batch, classes) scores, got shape {tuple(outputs.shape)}")
-        targets = targets.to(outputs.device).long().reshape(-1)
-        if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= outputs.shape[1]):
-            raise ValueError(
-                f"labels must lie in [0, {outputs.shape[1] - 1}] for a model with {outputs.shape[1]} outputs; "
-                f"got labels in [{int(targets.min())}, {int(targets.max())}]"
-            )
-        probs = _to_probabilities(outputs, self.output)
-        top1, pred = probs.max(dim=-1)
-        logp = torch.log(probs.clamp_min(1e-30))
-        res = {
-            "confidence": probs.gather(1, targets[:, None])[:, 0],
-            "prediction": pred.int(),
-            "correct": (pred == targets).to(torch.uint8),
-            "top1_confidence": top1,
-            "entropy": -(probs * logp).sum(-1),
-        }
-        if self.store_probabilities:
-            res["probabilities"] = probs
-        return res
-
-    def spec(self) -> dict[str, Any]:
-        return {"kind": self.kind, "output": self.output, "store_probabilities": self.store_probabilities}
+def list_tasks() -> list[str]:
+    """Names of the registered task kinds."""
+    return TASKS.names()
 
 
 def task_from_spec(spec: dict[str, Any]) -> Task:
     """Rebuild a task from :meth:`Task.spec`."""
-    kind = spec.get("kind")
-    if kind == "classification":
-        return Classification(output=spec.get("output", "auto"), store_probabilities=spec.get("store_probabilities", False))
-    raise ValueError(f"unknown task kind {kind!r}; known: classification")
-
+    return TASKS.from_spec(spec)

@@ -3,7 +3,8 @@ as the static figures in :mod:`orbitscope.viz.plot`, so both show the same numbe
 
 Conventions as in :mod:`orbitscope.viz.plot`: polar angle counter-clockwise (plotly's
 ``angularaxis.direction = "counterclockwise"``, rotation 0 at the right), heatmaps with the first
-orbit dim along x, bands as filled areas between the lower and upper bounds. Every trace carries
+orbit dim along x, bands as filled areas between the lower and upper bounds; the mosaic and disk
+layouts come from :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`. Every trace carries
 ``meta = {"series": label, "role": "value" | "band" | "marker"}`` so tests and the web interface
 can find it.
 """
@@ -17,6 +18,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis.nero import NeroData
+from .disk import render_disk_plotly
+from .mosaic import render_mosaic_plotly
 
 __all__ = ["render_plotly", "figure_html"]
 
@@ -27,10 +30,13 @@ def _rgba(hex_colour: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def render_plotly(data: NeroData, *, height: int = 480) -> go.Figure:
-    """Draw prepared NERO data as a plotly figure."""
-    fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps}[data.kind](data)
-    fig.update_layout(title=data.title, height=height, margin=dict(l=40, r=40, t=70, b=40),
+def render_plotly(data: NeroData, *, height: int | None = None) -> go.Figure:
+    """Draw prepared NERO data as a plotly figure (default height 480 px; disks: 300 px a model)."""
+    fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps, "mosaic": render_mosaic_plotly,
+           "disk": render_disk_plotly}[data.kind](data)
+    if height is None:
+        height = 300 * len(data.series) + 120 if data.kind == "disk" else 480
+    fig.update_layout(title=data.title, height=height, margin=dict(l=40, r=40, t=100 if data.kind == "disk" else 70, b=40),
                       legend=dict(orientation="h", y=-0.08))
     return fig
 

@@ -6,7 +6,9 @@ Renders :class:`~orbitscope.analysis.nero.NeroData` (see :mod:`orbitscope.analys
   metric, rings at 0.2 … 0.8 for [0, 1] metrics, one closed curve per model with its band;
 * ``heatmap``: one panel per model, first orbit dim along x, second along y (+y down for image
   shifts), viridis, shared colour range ([0, 1] for probabilities);
-* ``line``: metric against the orbit parameter, with bands.
+* ``line``: metric against the orbit parameter, with bands;
+* ``mosaic`` (D4 × time reversal) and ``disk`` (NERO's SO(3) sample): see
+  :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`.
 
 A selected orbit element (``marker``) is drawn as a radial line / cross / vertical line.
 """
@@ -21,13 +23,16 @@ from matplotlib.figure import Figure
 
 from ..analysis.nero import MODEL_COLOURS, NeroData, prepare_aggregate, prepare_individual
 from ..results.result import OrbitResult
+from .disk import render_disk
+from .mosaic import render_mosaic
 
 __all__ = ["render", "nero_plot", "individual_plot", "save_figure", "MODEL_COLOURS"]
 
 
 def render(data: NeroData) -> Figure:
     """Draw prepared NERO data as a matplotlib figure."""
-    fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps}[data.kind](data)
+    fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps, "mosaic": render_mosaic,
+           "disk": render_disk}[data.kind](data)
     fig.suptitle(data.title)
     return fig
 

@@ -104,7 +104,7 @@ def _transformed_thumbnail(res: OrbitResult, sample: int, element: dict[str, flo
     """The stored input transformed by one orbit element (the report's only computation on data)."""
     import torch
 
-    from ..kinds.actions import warp_images
+    from ..kinds import warp_images
 
     orbit = res.orbit
     dims = res.orbit_dims

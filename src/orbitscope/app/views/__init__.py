@@ -8,6 +8,10 @@ possible, and the detail panel (the transformed input and the model outputs at t
 element, and live re-evaluation at any element). Classification is implemented in
 :mod:`.classification`; detection heat maps, the PIV 4×4 mosaic and point-cloud disks plug in
 the same way with :func:`register_view`.
+
+Views live in the registry :data:`VIEWS` (task kind -> view class). :func:`view_for` looks a run's
+``task["kind"]`` up there and falls back to the generic :class:`TaskView` for kinds without a
+view; :func:`register_view` (a class decorator) adds or replaces the view of a kind.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import numpy as np
 from dash import html
 from torch import nn
 
+from ..._registry import Registry
+from ...errors import SpecError
 from ...group.orbits import Orbit
 from ...analysis.reduce import LOWER_IS_BETTER, reducible_variables
 from ...results.result import OrbitResult
 
-__all__ = ["DetailRequest", "TaskView", "register_view", "view_for"]
+__all__ = ["DetailRequest", "TaskView", "VIEWS", "list_views", "register_view", "view_for"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,19 +117,30 @@ class TaskView:
         return [html.P(f"no live re-evaluation for {self.kind} tasks yet")]
 
 
-_VIEWS: dict[str, type[TaskView]] = {}
+#: The task views: task kind -> :class:`TaskView` subclass (see :func:`register_view`).
+VIEWS: Registry[type[TaskView]] = Registry("task view", key="kind")
 
 
 def register_view(cls: type[TaskView]) -> type[TaskView]:
-    """Register a view class for its ``kind`` (usable as a class decorator)."""
-    if not cls.kind:
-        raise ValueError("a TaskView needs a non-empty kind")
-    _VIEWS[cls.kind] = cls
+    """Register a view class for its ``kind`` (usable as a class decorator); a later
+    registration for the same kind replaces the earlier one (so a view can be overridden)."""
+    if not (isinstance(cls, type) and issubclass(cls, TaskView)):
+        raise TypeError(f"a task view must be a TaskView subclass, got {cls!r}")
+    if "kind" not in vars(cls) or not isinstance(cls.kind, str) or not cls.kind:
+        raise SpecError(f"{cls.__name__} needs its own non-empty kind (the task kind it serves, e.g. "
+                        f"'classification'), got {cls.kind!r}")
+    VIEWS.register(cls.kind, cls, replace=True)
     return cls
+
+
+def list_views() -> list[str]:
+    """The task kinds that have a registered view (sorted)."""
+    return VIEWS.names()
 
 
 def view_for(task_kind: str | None) -> TaskView:
     """The view for a task kind (the generic view for kinds without one)."""
-    from . import classification  # noqa: F401  (registers itself)
+    return VIEWS.get(task_kind)() if task_kind in VIEWS else TaskView()
 
-    return _VIEWS.get(task_kind or "", TaskView)()
+
+from . import classification  # noqa: E402,F401  (registers the built-in view; needs the names above)

@@ -13,6 +13,8 @@ the same samples), and the detail view names the consensus class instead of the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import base64
 import io
 import json
@@ -24,12 +26,13 @@ from dash import dcc, html
 from PIL import Image
 from torch import nn
 
-from ...kinds.actions import warp_images
+from ...kinds import warp_images
 from ...group.orbits import Orbit
 from ...analysis.nero import METRICS
 from ...analysis.reduce import reducible_variables
 from ...results.result import OrbitResult
-from ...tasks.base import Classification
+from ...engine.model_call import ModelCall
+from ...tasks import Classification
 from . import DetailRequest, TaskView, register_view
 
 __all__ = ["ClassificationView", "transformed_input", "png_data_uri"]
@@ -203,16 +206,15 @@ class ClassificationView(TaskView):
         with the run's normalisation and output reading (logits or probabilities)."""
         x = torch.from_numpy(transformed_input(result, sample, element))[None]
         norm = result.attrs.get("normalize")
-        if norm:
-            mean, std = (torch.as_tensor(v, dtype=torch.float32).reshape(1, -1, 1, 1) for v in json.loads(norm))
-            x = (x - mean) / std
         spec = json.loads(result.attrs.get("task", "{}"))
-        task = Classification(output=spec.get("output", "auto"), store_probabilities=True)
-        with torch.inference_mode():
-            out = model(x)
-            label = int(result.data["label"].sel(sample=sample)) if "label" in result.data else 0
-            label = label if 0 <= label < out.shape[-1] else 0
-            return task.score(out, torch.tensor([label]))["probabilities"][0].double().numpy()
+        task = dataclasses.replace(Classification.from_spec(spec), store_probabilities=True)
+        call = ModelCall(model, read=task.read_outputs, normalize=json.loads(norm) if norm else None,
+                         what="the transformed input")
+        with call.evaluating():
+            out = call(x)
+        label = int(result.data["label"].sel(sample=sample)) if "label" in result.data else 0
+        label = label if 0 <= label < out.shape[-1] else 0
+        return task.score(out, torch.tensor([label]))["probabilities"][0].double().numpy()
 
     def live_detail(self, req: DetailRequest) -> list[Any]:
         res = req.results[0]

@@ -1,0 +1,159 @@
+"""Chunk jobs and their evaluation: one chunk of samples over every orbit element, a pure function.
+
+A :class:`ChunkJob` is a small, picklable description (which samples, which seed); an
+:class:`EvalContext` holds everything else (model call, task, kinds, elements, options) and is
+sent to a worker once. :func:`evaluate_chunk` reads the chunk, applies each element to the input
+*and* the target through their kinds, runs the model, scores, and returns the chunk's arrays
+(``(samples, *orbit shape, *extra)`` per variable, plus the per-sample stored data). It writes
+nothing: one writer (``evaluate``) records the arrays.
+
+Rows are element-major: in a slice of elements ``k0 .. k1`` over B samples, row ``(k - k0)·B + b``
+is sample ``b`` under element ``k``. Torch's RNG is seeded with the job's seed, so a chunk's
+numbers do not depend on where, when, or in which process it runs.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ModelError
+from ..group.elements import Transforms
+from ..kinds.base import Kind
+from ..tasks.base import Task
+from .activations import ActivationProbe
+from .model_call import ModelCall, finite_rows
+from .source import DataSource
+
+__all__ = ["ChunkJob", "EvalContext", "evaluate_chunk"]
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """Chunk ``index`` = samples ``[start, stop)``, evaluated with torch seeded to ``seed``.
+
+    ``batch`` carries the collated ``(inputs, targets)`` only for sources read in order (a
+    DataLoader); map-style sources are read by the worker."""
+
+    index: int
+    start: int
+    stop: int
+    seed: int
+    batch: tuple[Any, Any] | None = None
+
+
+@dataclass
+class EvalContext:
+    """What every chunk of one evaluation shares (picklable for process executors)."""
+
+    call: ModelCall
+    task: Task
+    input_kind: Kind
+    target_kind: Kind
+    output_kind: Kind | None
+    transforms: Transforms
+    orbit_shape: tuple[int, ...]
+    forward_batch: int
+    source: DataSource | None = None
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    action_options: dict[str, Any] = field(default_factory=dict)
+    probe: ActivationProbe | None = None
+    keep_inputs: bool = False
+    consensus: bool = False
+    consensus_weights: np.ndarray | None = None
+
+
+def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Action context for targets: the frame size of the input (and the view for windows)."""
+    ctx = dict(options)
+    size = getattr(kind, "frame_size", None)
+    if size is not None and hasattr(x, "shape"):
+        ctx.setdefault("image_size", size(x))
+    return ctx
+
+
+def _score_into(out: dict[str, np.ndarray], scores: dict[str, Any], b: int, k: int, k0: int, k1: int) -> None:
+    for name, val in scores.items():
+        v = val.detach().cpu().numpy().reshape(k1 - k0, b, *val.shape[1:])
+        if name not in out:
+            out[name] = np.empty((b, k, *val.shape[1:]), dtype=v.dtype)
+        out[name][:, k0:k1] = np.moveaxis(v, 0, 1)
+
+
+def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
+    """All orbit elements for one chunk -> ``{variable: array}`` (see the module docstring)."""
+    if job.batch is not None:
+        inputs, targets = job.batch
+    else:
+        if ctx.source is None:
+            raise ValueError("a chunk job without a batch needs a data source in its context")
+        inputs, targets = ctx.source.read_chunk(job.index)
+    x = ctx.input_kind.prepare(inputs, ctx.device)
+    y = ctx.target_kind.prepare(targets, ctx.device)
+    b, k = ctx.input_kind.batch_size(x), len(ctx.transforms)
+    if ctx.target_kind.batch_size(y) != b:
+        from ..errors import DataError
+
+        raise DataError(f"chunk {job.index} holds {b} inputs but {ctx.target_kind.batch_size(y)} targets")
+    action = dict(ctx.action_options)
+    target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
+    per_call = max(1, ctx.forward_batch // max(b, 1))  # elements per warp call
+    out: dict[str, np.ndarray] = {}
+    kept: list[tuple[int, int, Any, Transforms]] = []  # consensus: (k0, k1, outputs, row elements)
+    canonical: list[Any] = []
+    with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        torch.manual_seed(job.seed)
+        for k0 in range(0, k, per_call):
+            k1 = min(k, k0 + per_call)
+            t = ctx.transforms[k0:k1]
+            xg = ctx.input_kind.rows(ctx.input_kind.act(x, t, layout="orbit", **action))
+            yg = ctx.target_kind.rows(ctx.target_kind.act(y, t, layout="orbit", **target_action))
+            g = t.repeat_interleave(b)
+            with ctx.probe.attach(ctx.call.model) if ctx.probe is not None else nullcontext([]) as collected:
+                outputs = ctx.call(xg)
+            ok = finite_rows(outputs)
+            if ok is not None and not bool(ok.all()):
+                bad = ~ok
+                first = int(torch.nonzero(bad)[0])
+                raise ModelError(
+                    f"the model returned NaN/inf for sample {job.start + first % b} at orbit element {k0 + first // b} "
+                    f"({int(bad.sum())} of {len(bad)} outputs in this batch); check the model and its inputs"
+                )
+            scores = ctx.task.score(outputs, yg, g)
+            if ctx.probe is not None:
+                scores["activation"] = torch.cat(collected)
+                collected.clear()
+            _score_into(out, scores, b, k, k0, k1)
+            if ctx.consensus:
+                kept.append((k0, k1, outputs, g))
+                canonical.append(ctx.task.canonicalize(outputs, g))
+    if ctx.consensus:
+        _consensus_into(out, ctx, kept, canonical, y, b, k, target_action)
+    arrays = {n: a.reshape(b, *ctx.orbit_shape, *a.shape[2:]) for n, a in out.items()}
+    arrays.update(ctx.target_kind.store(y))
+    if ctx.keep_inputs:
+        arrays.update(ctx.input_kind.store(x))
+    return arrays
+
+
+def _consensus_into(out: dict[str, np.ndarray], ctx: EvalContext, kept: list[tuple[int, int, Any, Transforms]],
+                    canonical: list[Any], y: Any, b: int, k: int, target_action: dict[str, Any]) -> None:
+    """Score every element's outputs against the consensus pseudo-target (NERO): map outputs back
+    by g⁻¹ (done per slice), average over the distinct elements, re-apply each element."""
+    from ..tasks.base import concat_outputs
+
+    task = ctx.task
+    weights = ctx.consensus_weights if ctx.consensus_weights is not None else np.ones(k)
+    with torch.inference_mode():
+        target = task.consensus(concat_outputs(canonical), k, b, weights)
+        wanted = {v.name for v in task.consensus_variables()}
+        for k0, k1, outputs, g in kept:
+            t = ctx.transforms[k0:k1]
+            cg = ctx.target_kind.rows(ctx.target_kind.act(target, t, layout="orbit", **target_action))
+            scores = task.score(outputs, cg, g)
+            renamed = {task.consensus_name(n): v for n, v in scores.items() if task.consensus_name(n) in wanted}
+            _score_into(out, renamed, b, k, k0, k1)

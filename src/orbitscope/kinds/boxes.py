@@ -1,0 +1,168 @@
+"""Bounding boxes: a ragged number of xyxy boxes per image, padded, with labels and a validity mask.
+
+Convention:
+    Boxes are ``(x0, y0, x1, y1)`` in pixels of the image frame (origin top-left, +y down; a box
+    covering pixels 0..9 is (0, 0, 10, 10): edges, not centres; area = (x1 − x0)(y1 − y0), no +1).
+    An element moves the four corners like keypoints and takes their axis-aligned bounding box
+    (exact for shifts, flips, 90° rotations and scales; for other rotations the box grows). The
+    result is **clipped to the frame** (the view, for a window over context), and a box whose
+    clipped area is zero is no longer valid: an object moved out of view is not a target.
+
+A batch is a :class:`Boxes`: ``xyxy`` (B, N, 4) float, ``labels`` (B, N) int64, ``valid`` (B, N)
+bool, with N the largest count in the batch (padding rows are invalid).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import DataError
+from ..group.elements import Transforms
+from .base import Kind, Layout, register_kind
+from .points import transform_keypoints
+
+__all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes"]
+
+
+@dataclass
+class Boxes:
+    """A padded batch of boxes (see the module docstring); leading dims may be (B,) or (K, B)."""
+
+    xyxy: Tensor
+    labels: Tensor
+    valid: Tensor
+
+    def __len__(self) -> int:
+        return int(self.xyxy.shape[0])
+
+    def to(self, device: torch.device | str) -> "Boxes":
+        return Boxes(self.xyxy.to(device), self.labels.to(device), self.valid.to(device))
+
+    def reshape_rows(self) -> "Boxes":
+        """(K, B, N, ...) -> (K·B, N, ...)."""
+        k, b = self.xyxy.shape[:2]
+        return Boxes(self.xyxy.reshape(k * b, *self.xyxy.shape[2:]), self.labels.reshape(k * b, -1),
+                     self.valid.reshape(k * b, -1))
+
+    def __getitem__(self, index: Any) -> "Boxes":
+        return Boxes(self.xyxy[index], self.labels[index], self.valid[index])
+
+    def per_image(self) -> list[tuple[Tensor, Tensor]]:
+        """Valid (boxes (n, 4), labels (n,)) of every image."""
+        return [(self.xyxy[i][self.valid[i]], self.labels[i][self.valid[i]]) for i in range(len(self))]
+
+
+def box_area(xyxy: Tensor) -> Tensor:
+    """Areas (...,) of xyxy boxes (...,4) in square pixels; empty boxes give 0."""
+    return (xyxy[..., 2] - xyxy[..., 0]).clamp_min(0) * (xyxy[..., 3] - xyxy[..., 1]).clamp_min(0)
+
+
+def transform_boxes(boxes: Tensor, t: Transforms, image_size: tuple[int, int], *, layout: Layout = "orbit",
+                    view_size: tuple[int, int] | None = None) -> Tensor:
+    """Boxes (B, N, 4) xyxy in pixels -> axis-aligned bounding boxes of the transformed corners
+    (not clipped; see :func:`clip_boxes`)."""
+    if boxes.ndim != 3 or boxes.shape[-1] != 4:
+        raise ValueError(f"boxes must have shape (B, N, 4) as xyxy pixels, got {tuple(boxes.shape)}")
+    x0, y0, x1, y1 = boxes.unbind(-1)
+    corners = torch.stack([torch.stack(c, -1) for c in ((x0, y0), (x1, y0), (x0, y1), (x1, y1))], -2)  # B,N,4,2
+    bsz, n = boxes.shape[:2]
+    moved = transform_keypoints(corners.reshape(bsz, n * 4, 2), t, image_size, layout=layout, view_size=view_size)
+    moved = moved.reshape(*moved.shape[:-2], n, 4, 2)
+    lo, hi = moved.amin(-2), moved.amax(-2)
+    return torch.cat([lo, hi], -1)
+
+
+def clip_boxes(xyxy: Tensor, size: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """Clip boxes (..., 4) to the frame [0, W] × [0, H]; returns (clipped, visible) where visible
+    means a positive clipped area."""
+    h, w = size
+    lim = torch.tensor([w, h, w, h], dtype=xyxy.dtype, device=xyxy.device)
+    clipped = torch.minimum(xyxy.clamp_min(0), lim)
+    return clipped, box_area(clipped) > 0
+
+
+def collate_boxes(items: Sequence[Any]) -> Boxes:
+    """Per-image targets -> a padded :class:`Boxes`.
+
+    Each item is a dict with ``boxes`` (n, 4) and ``labels`` (n,) (torchvision's target format),
+    or a pair (boxes, labels); n may differ between items and may be 0."""
+    xs, ls = [], []
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            if "boxes" not in item:
+                raise DataError(f"detection target {i} is a dict without 'boxes' (keys: {sorted(item)}); give "
+                                "{'boxes': (n, 4) xyxy pixels, 'labels': (n,)}")
+            b, lab = item["boxes"], item.get("labels")
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            b, lab = item
+        else:
+            raise DataError(f"detection target {i} must be a dict {{'boxes', 'labels'}} or a pair (boxes, labels), "
+                            f"got {type(item).__name__}")
+        b = torch.as_tensor(np.asarray(b, dtype=np.float64) if not isinstance(b, Tensor) else b, dtype=torch.float32)
+        b = b.reshape(-1, 4) if b.numel() == 0 else b
+        if b.ndim != 2 or b.shape[-1] != 4:
+            raise DataError(f"detection target {i}: boxes must be (n, 4) xyxy pixels, got shape {tuple(b.shape)}")
+        if bool((b[:, 2] < b[:, 0]).any() | (b[:, 3] < b[:, 1]).any()):
+            raise DataError(f"detection target {i}: boxes must be xyxy with x1 >= x0 and y1 >= y0 "
+                            "(convert xywh with x1 = x0 + w, y1 = y0 + h)")
+        lab_t = torch.zeros(len(b), dtype=torch.int64) if lab is None else torch.as_tensor(lab).long().reshape(-1)
+        if len(lab_t) != len(b):
+            raise DataError(f"detection target {i}: {len(b)} boxes but {len(lab_t)} labels")
+        xs.append(b)
+        ls.append(lab_t)
+    n = max((len(b) for b in xs), default=0)
+    xyxy = torch.zeros(len(xs), n, 4)
+    labels = torch.full((len(xs), n), -1, dtype=torch.int64)
+    valid = torch.zeros(len(xs), n, dtype=torch.bool)
+    for i, (b, lab) in enumerate(zip(xs, ls)):
+        xyxy[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, lab, True
+    return Boxes(xyxy, labels, valid)
+
+
+class BoxesKind(Kind):
+    """Padded boxes with labels and validity (:class:`Boxes`); context ``image_size`` (H, W) of
+    their frame and, for a window over context, ``view_size`` (h, w). Acting clips to the frame
+    (or view) and marks boxes with no area left invalid.
+
+    Stored per sample as ``target_boxes`` (float32, N × 4), ``target_labels`` (int64) and
+    ``target_valid`` (uint8), padded to the largest N of the run."""
+
+    name = "boxes"
+    stored = {"target_boxes": ("object", "coord"), "target_labels": ("object",), "target_valid": ("object",)}
+    ragged = ("target_boxes", "target_labels", "target_valid")
+
+    def prepare(self, data: Any, device: torch.device) -> Boxes:
+        if not isinstance(data, Boxes):
+            data = collate_boxes(data)
+        return data.to(device)
+
+    def act(self, data: Boxes, t: Transforms, *, layout: Layout = "orbit", image_size: tuple[int, int] | None = None,
+            view_size: tuple[int, int] | None = None, clip: bool = True, **_: Any) -> Boxes:
+        if image_size is None:
+            raise ValueError("boxes need image_size=(H, W) of the frame they live in")
+        moved = transform_boxes(data.xyxy, t, image_size, layout=layout, view_size=view_size)
+        if layout == "orbit":
+            labels = data.labels.unsqueeze(0).expand(len(t), *data.labels.shape)
+            valid = data.valid.unsqueeze(0).expand(len(t), *data.valid.shape)
+        else:
+            labels, valid = data.labels, data.valid
+        if clip:
+            moved, visible = clip_boxes(moved, view_size or image_size)
+            valid = valid & visible
+        return Boxes(moved, labels, valid)
+
+    def rows(self, acted: Boxes) -> Boxes:
+        return acted.reshape_rows()
+
+    def store(self, data: Boxes) -> dict[str, np.ndarray]:
+        return {"target_boxes": data.xyxy.cpu().numpy().astype(np.float32),
+                "target_labels": data.labels.cpu().numpy().astype(np.int64),
+                "target_valid": data.valid.cpu().numpy().astype(np.uint8)}
+
+
+register_kind(BoxesKind())

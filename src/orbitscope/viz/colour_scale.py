@@ -1,0 +1,66 @@
+"""One colour scale for the filled NERO layouts (mosaic, disk), shared by matplotlib and plotly.
+
+* lower-is-better metrics (errors, losses, entropy): reversed viridis, so a low error is bright,
+  over the 0th–80th percentile of all models' values (NERO's PIV convention; the top 20 % saturate);
+* any other metric: viridis over the metric's range (``NeroData.value_range``, [0, 1] for
+  probabilities), or the values' min–max when the data has none.
+
+The range is shared by every model (and every cell or disk) of one figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..analysis.nero import NeroData
+from ..analysis.reduce import LOWER_IS_BETTER
+
+__all__ = ["ColourScale", "colour_scale", "lower_is_better"]
+
+#: Upper percentile of the colour range of lower-is-better metrics (NERO: 80).
+ERROR_PERCENTILE = 80.0
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """``cmap``: a matplotlib name ("viridis" or "viridis_r"); ``plotly_scale`` and ``reverse``: the
+    plotly equivalent; ``lo``/``hi``: the value range."""
+
+    cmap: str
+    reverse: bool
+    lo: float
+    hi: float
+    plotly_scale: str = "Viridis"
+
+
+def lower_is_better(data: NeroData) -> bool:
+    """Whether a lower value of ``data.metric`` is better (``info["lower_is_better"]`` overrides)."""
+    flag = data.info.get("lower_is_better")
+    return bool(flag) if flag is not None else data.metric.lower() in LOWER_IS_BETTER
+
+
+def _finite(data: NeroData) -> np.ndarray:
+    parts = [np.ravel(np.asarray(s.values, dtype=float)) for s in data.series]
+    flat = np.concatenate(parts) if parts else np.empty(0)
+    return flat[np.isfinite(flat)]
+
+
+def colour_scale(data: NeroData) -> ColourScale:
+    """The colour map and shared range of ``data`` (see the module docstring)."""
+    values = _finite(data)
+    reverse = lower_is_better(data)
+    if reverse and values.size:
+        lo, hi = (float(v) for v in np.percentile(values, [0.0, ERROR_PERCENTILE]))
+        if hi <= lo:  # most values equal: fall back to the full range
+            hi = float(values.max())
+    elif data.value_range is not None:
+        lo, hi = (float(v) for v in data.value_range)
+    elif values.size:
+        lo, hi = float(values.min()), float(values.max())
+    else:
+        lo, hi = 0.0, 1.0
+    if hi <= lo:
+        hi = lo + 1.0
+    return ColourScale("viridis_r" if reverse else "viridis", reverse, lo, hi)
