@@ -195,6 +195,12 @@ def test_weights_told_by_content_not_extension(small) -> None:
     raises(ModelError, lambda: load_user_model(str(empty)), "is empty")
 
 
+def test_python_file_as_model(tmp_path: Path) -> None:
+    src = tmp_path / "mynet.py"
+    src.write_text("from torch import nn\ndef make():\n    return nn.Linear(2, 2)\n")
+    raises(SpecError, lambda: load_user_model(str(src)), "Python source", "'mynet:factory'", "PYTHONPATH")
+
+
 def test_pickle_named_pt_has_no_rename_hint(small) -> None:
     model, tmp = small
     path = tmp / "w.pt"
@@ -260,6 +266,21 @@ def test_npz_contents(tmp_path: Path) -> None:
     col = tmp_path / "col.npz"
     np.savez(col, x=np.zeros((3, 4, 4), np.uint8), y=np.array([[0], [1], [2]]))
     raises(DataError, lambda: parse_data_spec(f"npz:{col}"), "reshape(-1)")
+
+
+def test_image_folder_bad_files(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from orbitscope.data.datasets import ImageFolder
+
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        Image.new("L", (4, 4)).save(tmp_path / cls / "0.png")
+    (tmp_path / "b" / "1.png").write_bytes(b"not a png")
+    ds = ImageFolder(tmp_path)
+    # used to be PIL's UnidentifiedImageError (an OSError: a traceback on the CLI)
+    raises(DataError, lambda: ds[2], "1.png", "not a readable image", "replace or remove the file")
+    raises(SpecError, lambda: ImageFolder(tmp_path, size=8), "size must be a pair (H, W)", "size=(8, 8)")  # was a TypeError
 
 
 # --------------------------------------------------------------------------- ArrayDataset

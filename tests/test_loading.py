@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from orbitscope.errors import ModelError, SpecError
 from safetensors.torch import save_file
 from torch import nn
 
@@ -173,11 +175,12 @@ def test_factory_weight_mismatch_lists_keys(tmp_path: Path, user_module: str) ->
 def test_factory_errors(tmp_path: Path, user_module: str) -> None:
     with pytest.raises(ImportError, match="no_such_module_xyz"):
         load_user_model("no_such_module_xyz:make")
-    with pytest.raises(AttributeError, match="missing_factory"):
+    # user mistakes are orbitscope errors (one-line messages on the CLI), not bare builtins
+    with pytest.raises(SpecError, match="missing_factory"):
         load_user_model(f"{user_module}:missing_factory")
-    with pytest.raises(TypeError, match="not callable"):
+    with pytest.raises(SpecError, match="not callable"):
         load_user_model(f"{user_module}:NOT_CALLABLE")
-    with pytest.raises(TypeError, match="nn.Module"):
+    with pytest.raises(ModelError, match="nn.Module"):
         load_user_model(f"{user_module}:not_a_module")
     with pytest.raises(FileNotFoundError, match="nope.pt"):
         load_user_model(f"{user_module}:make", tmp_path / "nope.pt")
@@ -187,7 +190,7 @@ def test_factory_errors(tmp_path: Path, user_module: str) -> None:
         load_user_model("model.ts")
     notsd = tmp_path / "list.pt"
     torch.save([torch.zeros(1)], notsd)
-    with pytest.raises(TypeError, match="state dict"):
+    with pytest.raises(ModelError, match="state dict"):
         load_user_model(f"{user_module}:make", notsd)
 
 

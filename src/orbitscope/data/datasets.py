@@ -320,7 +320,7 @@ def load_idx_dataset(images_path: PathLike, labels_path: PathLike, data_id: str 
                         "(were the image and label files swapped? the form is idx:IMAGES_PATH,LABELS_PATH)")
     if len(images) != len(labels):
         raise DataError(f"{images_path} holds {len(images)} images but "
-                         f"{labels_path} holds {len(labels)} labels")
+                        f"{labels_path} holds {len(labels)} labels")
     return ArrayDataset(images, labels, data_id or f"idx:{images_path},{labels_path}", classes)
 
 
@@ -381,7 +381,7 @@ def mnist_subset(split: str = "test", seed: int = 0, test_per_class: int = 100) 
     per_class = [np.flatnonzero(labels == c) for c in range(10)]
     if not 0 <= test_per_class <= min(len(p) for p in per_class):
         raise SpecError(f"test_per_class must be in [0, {min(len(p) for p in per_class)}], "
-                         f"got {test_per_class}")
+                        f"got {test_per_class}")
     rng = np.random.default_rng(seed)
     test_idx, train_idx = [], []
     for idx in per_class:
@@ -440,7 +440,7 @@ class ImageFolder(Dataset):
                            if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
             if not files:
                 raise DataError(f"class folder {self.root / name} has no images "
-                                 f"(expected files ending in {', '.join(IMAGE_EXTENSIONS)})")
+                                f"(expected files ending in {', '.join(IMAGE_EXTENSIONS)})")
             self.samples.extend((p, label) for p in files)
         self.labels = np.array([lab for _, lab in self.samples], dtype=np.int64)
         self.data_id = f"folder:{self.root}"
@@ -465,7 +465,7 @@ class ImageFolder(Dataset):
                 w, h = im.size
                 rw, rh = self._ref_size  # type: ignore[misc]
                 raise DataError(f"{path} is {h}x{w} (HxW) but {self.samples[0][0]} is {rh}x{rw}; "
-                                 "pass size=(H, W) to resize all images")
+                                "pass size=(H, W) to resize all images")
             arr = np.asarray(im, dtype=np.uint8)
         if arr.ndim == 3:
             arr = arr.transpose(2, 0, 1)

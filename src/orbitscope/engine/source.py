@@ -33,9 +33,21 @@ def hash_arrays(*arrays: Tensor) -> str:
     return h.hexdigest()[:16]
 
 
+class _ItemList(Dataset):
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.items[i]
+
+
 class DataSource:
     """Chunked access to ``data``: a map-style torch Dataset of (input, target) items, a
-    DataLoader with a fixed batch size that does not shuffle, or a pair (inputs, targets).
+    DataLoader with a fixed batch size that does not shuffle, a pair (inputs, targets) of arrays,
+    or a list of (input, target) tuples.
 
     Args:
         data: see above.
@@ -66,6 +78,12 @@ class DataSource:
             except TypeError:
                 self.n = None
             inner = data.dataset
+        elif isinstance(data, list) and data and all(isinstance(d, tuple) and len(d) >= 2 for d in data):
+            # a list of (input, target) tuples
+            self.dataset = _ItemList(list(data))
+            self.chunk_size, self.n = batch_size, len(data)
+            inner = None
+            data_id = data_id or f"items:{len(data)}"
         elif isinstance(data, (tuple, list)) and len(data) == 2 and not isinstance(data, Dataset):
             images, targets = (torch.as_tensor(np.asarray(a)) if not isinstance(a, Tensor) else a for a in data)
             if len(images) != len(targets):

@@ -62,6 +62,15 @@ class Kind:
     #: names in ``stored`` whose extra shape varies between batches (padded when read back)
     ragged: tuple[str, ...] = ()
 
+    def collate(self, items: list[Any]) -> Any:
+        """Per-item data -> one batch (default: torch's ``default_collate``; ragged kinds pad)."""
+        from torch.utils.data._utils.collate import default_collate
+
+        try:
+            return default_collate(list(items))
+        except (RuntimeError, TypeError) as exc:
+            raise DataError(f"cannot batch the {self.name or 'data'} items ({exc}); they need one shape and type") from None
+
     def prepare(self, data: Any, device: torch.device) -> Any:
         """Validate a collated batch and move it to ``device`` (default: tensors as they are)."""
         return torch.as_tensor(data).to(device) if not isinstance(data, Tensor) else data.to(device)

@@ -136,6 +136,9 @@ class BoxesKind(Kind):
     stored = {"target_boxes": ("object", "coord"), "target_labels": ("object",), "target_valid": ("object",)}
     ragged = ("target_boxes", "target_labels", "target_valid")
 
+    def collate(self, items: list[Any]) -> Boxes:
+        return collate_boxes(items)
+
     def prepare(self, data: Any, device: torch.device) -> Boxes:
         if not isinstance(data, Boxes):
             data = collate_boxes(data)

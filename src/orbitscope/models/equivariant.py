@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kinds import warp_images
+from ..kinds import get_kind, warp_images
 from ..group.orbits import Orbit, Transforms, orbit_from_spec, parse_orbit
 from ..group.elements import check_closed, element_features
 from .registry import build_model, check_arch_args, register_model
@@ -50,7 +50,7 @@ __all__ = [
     "P4CNN",
 ]
 
-Reduce = Literal["mean_probs", "mean_logits"]
+Reduce = Literal["mean_probs", "mean_logits", "mean"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,18 +69,24 @@ class Symmetrized(nn.Module):
         *,
         interpolation: str = "bilinear",
         padding: str = "zeros",
+        input_kind: str = "image",
+        output_kind: str = "scores",
     ) -> None:
         super().__init__()
-        if reduce not in ("mean_probs", "mean_logits"):
-            raise ValueError(f"reduce must be 'mean_probs' or 'mean_logits', got {reduce!r}")
+        if reduce not in ("mean_probs", "mean_logits", "mean"):
+            raise ValueError(f"reduce must be 'mean_probs', 'mean_logits' or 'mean', got {reduce!r}")
+        if output_kind != "scores" and reduce != "mean":
+            raise ValueError(f"outputs of kind {output_kind!r} are averaged in the canonical frame: use reduce='mean'")
+        self.input_kind, self.output_kind = get_kind(input_kind), get_kind(output_kind)
         if isinstance(group, str):
             group = parse_orbit(group)
         self.orbit_spec: dict[str, Any] | None = group.spec() if isinstance(group, Orbit) else None
         t = group.transforms() if isinstance(group, Orbit) else group
         if not isinstance(t, Transforms):
             raise TypeError(f"group must be an Orbit, a Transforms batch or an orbit spec string, got {type(group).__name__}")
-        if t.dim != 2:
-            raise ValueError("symmetrize acts on images: the group must be planar (not a 3-D rotation)")
+        if t.dim != 2 and self.input_kind.name != "points":
+            raise ValueError(f"symmetrize acts on {self.input_kind.name} inputs: the group must be planar (not a 3-D "
+                             "rotation)")
         self.elements = check_closed(t)
         self.model = model
         self.reduce = reduce
@@ -94,22 +100,37 @@ class Symmetrized(nn.Module):
         inner = getattr(self.model, "config", None)
         if not isinstance(inner, dict) or self.orbit_spec is None:
             return None
-        return {"arch": "symmetrized", "model": inner, "orbit": self.orbit_spec, "reduce": self.reduce,
-                "interpolation": self.interpolation, "padding": self.padding}
+        cfg = {"arch": "symmetrized", "model": inner, "orbit": self.orbit_spec, "reduce": self.reduce,
+               "interpolation": self.interpolation, "padding": self.padding}
+        if (self.input_kind.name, self.output_kind.name) != ("image", "scores"):
+            cfg.update(input_kind=self.input_kind.name, output_kind=self.output_kind.name)
+        return cfg
 
     def extra_repr(self) -> str:
         # the group is part of the architecture: evaluate() keys runs on repr(model) and the weights
         digest = hashlib.sha256(element_features(self.elements).round(9).tobytes()).hexdigest()[:12]
         group = json.dumps(self.orbit_spec, sort_keys=True) if self.orbit_spec is not None else "custom"
+        kinds = ("" if (self.input_kind.name, self.output_kind.name) == ("image", "scores") else
+                 f", input_kind={self.input_kind.name}, output_kind={self.output_kind.name}")
         return (f"group={group}, elements={len(self.elements)} ({digest}), reduce={self.reduce}, "
-                f"interpolation={self.interpolation}, padding={self.padding}")
+                f"interpolation={self.interpolation}, padding={self.padding}{kinds}")
 
     def forward(self, x: Tensor) -> Tensor:
-        """Images (B, C, H, W) in [0, 1] -> (B, classes): log of the mean probability
-        (``mean_probs``) or the mean logits (``mean_logits``) over the group."""
+        """Inputs of the input kind -> outputs: for class scores, log of the mean probability
+        (``mean_probs``) or the mean logits (``mean_logits``) over the group; for other output
+        kinds (``mean``), the mean of ``g⁻¹∘model(g·x)`` in the canonical frame."""
         k, b = len(self.elements), x.shape[0]
-        warped = warp_images(x, self.elements, layout="orbit", interpolation=self.interpolation, padding=self.padding)  # type: ignore[arg-type]
+        if self.input_kind.name == "image":
+            warped = warp_images(x, self.elements, layout="orbit", interpolation=self.interpolation, padding=self.padding)  # type: ignore[arg-type]
+        else:
+            warped = self.input_kind.act(x, self.elements, layout="orbit", interpolation=self.interpolation,
+                                         padding=self.padding)
         out = self.model(warped.reshape(k * b, *x.shape[1:]))
+        if self.reduce == "mean":
+            rows = self.elements.repeat_interleave(b)
+            back = self.output_kind.act(out, rows.inverse(), layout="paired", interpolation=self.interpolation,
+                                        padding=self.padding)
+            return back.reshape(k, b, *back.shape[1:]).mean(0)
         out = out.reshape(k, b, *out.shape[1:])
         if self.reduce == "mean_logits":
             return out.mean(0)
@@ -120,10 +141,12 @@ class Symmetrized(nn.Module):
 def symmetrize(
     model: nn.Module,
     orbit_or_group: Orbit | Transforms | str,
-    reduce: Reduce = "mean_probs",
+    reduce: Reduce | None = None,
     *,
     interpolation: str = "bilinear",
     padding: str = "zeros",
+    input_kind: str = "image",
+    output_kind: str = "scores",
 ) -> Symmetrized:
     """Wrap ``model`` so that its prediction is averaged over a finite group G of transformations.
 
@@ -141,15 +164,27 @@ def symmetrize(
     to float rounding when every warp is an index permutation (C4 rotations and flips of square
     images); for other angles interpolation and the clipped corners make it approximate.
     Costs |G| forward passes of ``model`` per input.
+
+    Any finite group acting on any kind: ``input_kind`` (e.g. ``"frames"`` for image pairs,
+    ``"points"``) says how elements act on inputs and ``output_kind`` (e.g. ``"flow"``) on outputs;
+    for outputs other than class scores the average is taken in the canonical frame,
+    ``f_sym(x) = (1/|G|) Σ_g g⁻¹∘f(g·x)`` (``reduce="mean"``, the default for them), which makes
+    ``f_sym`` equivariant: ``f_sym(h·x) = h∘f_sym(x)`` for h in G (e.g. a flow estimator
+    symmetrised over D4 × time reversal).
     """
-    return Symmetrized(model, orbit_or_group, reduce, interpolation=interpolation, padding=padding)
+    if reduce is None:
+        reduce = "mean_probs" if output_kind == "scores" else "mean"
+    return Symmetrized(model, orbit_or_group, reduce, interpolation=interpolation, padding=padding,
+                       input_kind=input_kind, output_kind=output_kind)
 
 
 def _build_symmetrized(model: dict[str, Any], orbit: dict[str, Any], reduce: Reduce = "mean_probs",
-                       interpolation: str = "bilinear", padding: str = "zeros") -> Symmetrized:
+                       interpolation: str = "bilinear", padding: str = "zeros", input_kind: str = "image",
+                       output_kind: str = "scores") -> Symmetrized:
     """Registry factory: ``{"arch": "symmetrized", "model": inner config, "orbit": orbit spec}``."""
 
-    return Symmetrized(build_model(model), orbit_from_spec(orbit), reduce, interpolation=interpolation, padding=padding)
+    return Symmetrized(build_model(model), orbit_from_spec(orbit), reduce, interpolation=interpolation, padding=padding,
+                       input_kind=input_kind, output_kind=output_kind)
 
 
 # ---------------------------------------------------------------------------------------------

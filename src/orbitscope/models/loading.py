@@ -302,8 +302,9 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping) or not all(isinstance(v, Tensor) for v in obj.values()):
-        raise TypeError(
-            f"'{p}' does not contain a state dict (mapping of name -> tensor), got {type(obj).__name__}"
+        raise ModelError(
+            f"'{p}' does not contain a state dict (mapping of name -> tensor), got {type(obj).__name__}; save "
+            "model.state_dict(), not the model or a list"
         )
     return dict(obj)
 
@@ -353,6 +354,9 @@ def _load_archive(p: Path) -> nn.Module:
             except Exception as exc:  # noqa: BLE001 - report all below
                 errors.append(repr(exc))
         raise SpecError(f"'{p}' is neither a TorchScript nor a torch.export archive: {errors}")
+    if p.suffix == ".py":
+        raise SpecError(f"'{p}' is Python source, not a model file; name the function that builds the model as "
+                        f"'{p.stem}:factory' (with {p.parent} on PYTHONPATH)")
     raise SpecError(
         f"'{p}' is not a TorchScript or torch.export (.pt2) archive; for weights files use "
         f"load_user_model('package.module:factory', weights=...)"
@@ -373,7 +377,8 @@ def _resolve_factory(spec: str) -> Any:
     obj: Any = module
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise AttributeError(f"module '{module_name}' has no attribute '{attr_path}' (spec {spec!r})")
+            raise SpecError(f"module '{module_name}' has no attribute '{attr_path}' (spec {spec!r}); name a function "
+                            "or class defined in that module")
         obj = getattr(obj, part)
     return obj
 
@@ -420,10 +425,11 @@ def load_user_model(
 
     factory = _resolve_factory(spec)
     if not callable(factory):
-        raise TypeError(f"'{spec}' resolves to a {type(factory).__name__}, which is not callable")
+        raise SpecError(f"'{spec}' resolves to a {type(factory).__name__}, which is not callable; name the function "
+                        "or class that builds the model")
     model = factory(**dict(factory_kwargs or {}))
     if not isinstance(model, nn.Module):
-        raise TypeError(f"factory '{spec}' returned {type(model).__name__}, expected a torch.nn.Module")
+        raise ModelError(f"factory '{spec}' returned {type(model).__name__}, expected a torch.nn.Module")
     if weights is None:
         logger.warning("load_user_model(%r): no weights given, the model keeps its initial parameters", spec)
     else:

@@ -367,7 +367,7 @@ class RandomShift(SemanticSampler):
         self.integer = bool(integer)
         if self.integer and self.max_shift != int(self.max_shift):
             raise SpecError(f"an integer shift needs a whole number of pixels, got {max_shift} "
-                             "(use integer=False / 'shift:S:continuous' for continuous shifts)")
+                            "(use integer=False / 'shift:S:continuous' for continuous shifts)")
 
     @classmethod
     def from_cli(cls, numbers: list[float], flags: set[str]) -> RandomShift:

@@ -28,7 +28,6 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data._utils.collate import default_collate
 
 from .._registry import Registry
 from ..errors import DataError, ModelError
@@ -96,21 +95,18 @@ class Task:
 
     # -- data ----------------------------------------------------------------------------------
     def collate(self, items: Sequence[Any]) -> tuple[Any, Any]:
-        """Dataset items -> ``(inputs, targets)``: inputs stacked (``default_collate``); targets
-        collated by ``collate_targets``."""
+        """Dataset items -> ``(inputs, targets)``, each collated by its kind (``default_collate``
+        for arrays; ragged targets such as boxes are padded with a validity mask)."""
+        from ..kinds.base import get_kind
+
         pairs = [split_item(item, i) for i, item in enumerate(items)]
-        try:
-            inputs = default_collate([p[0] for p in pairs])
-        except (RuntimeError, TypeError) as exc:
-            raise DataError(f"cannot stack the inputs of one batch ({exc}); inputs must be arrays of one shape") from None
-        return inputs, self.collate_targets([p[1] for p in pairs])
+        return get_kind(self.input_kind).collate([p[0] for p in pairs]), self.collate_targets([p[1] for p in pairs])
 
     def collate_targets(self, targets: Sequence[Any]) -> Any:
-        """Per-item targets -> one batch (default: ``default_collate``)."""
-        try:
-            return default_collate(list(targets))
-        except (RuntimeError, TypeError) as exc:
-            raise DataError(f"cannot batch the targets ({exc}); targets must have one shape per task") from None
+        """Per-item targets -> one batch, by the target kind (boxes pad to a validity mask)."""
+        from ..kinds.base import get_kind
+
+        return get_kind(self.target_kind).collate(list(targets))
 
     def read_outputs(self, raw: Any) -> Any:
         """The model's return value -> the task's output form (default: a tensor, or the first
