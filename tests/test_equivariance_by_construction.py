@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 import orbitscope as osc
-from orbitscope.group import D4, NeroSO3, Octahedral, Product, TimeReversal, Translation, d4_time_reversal
+from orbitscope.group import NeroSO3, Octahedral, Translation, d4_time_reversal
 from orbitscope.kinds import Boxes, box_area, get_kind
 from orbitscope.tasks import Classification, Task, Variable, register_task
 

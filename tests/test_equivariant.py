@@ -25,7 +25,7 @@ from orbitscope.models.equivariant import (
     symmetrize,
 )
 from orbitscope.group.elements import check_closed, unique_elements
-from orbitscope.group.orbits import Product, Scale
+from orbitscope.group import Product, Scale
 from orbitscope.models import ReferenceCNN, build_model, list_models
 
 

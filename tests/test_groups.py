@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation as SciRotation
 
-from orbitscope.group.orbits import (
+from orbitscope.group import (
     Brightness,
     Contrast,
     Product,

@@ -7,7 +7,7 @@ import torch
 from orbitscope import evaluate
 from orbitscope.kinds import rotate_images
 from orbitscope.engine.activations import STATS, ActivationProbe, activation_stats
-from orbitscope.group.orbits import Rotation, parse_orbit
+from orbitscope.group import Rotation, parse_orbit
 from orbitscope.ml4ml.matrices import VarianceMatrices, ml4ml_signals, read_signals, variance_matrices, variance_matrix
 from orbitscope.ml4ml.matrix_plots import CONFIDENCE_VMAX, display_matrix, matrix_figure, matrix_panel
 from orbitscope.models import SmallCNN

@@ -292,6 +292,7 @@ def test_cached_reference_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(training, "train_reference_model", counting)
     # training on 4000 images with the tiny net would take a few seconds: shrink the data
     full = mnist_subset("train")
+    # patched where training_data looks it up (it imports mnist_subset from orbitscope.data.datasets)
     monkeypatch.setattr("orbitscope.data.datasets.mnist_subset",
                         lambda split="train", seed=0: full.subset(np.arange(0, 4000, 20)) if split == "train"
                         else mnist_subset("test").subset(np.arange(0, 1000, 10)))
@@ -300,6 +301,7 @@ def test_cached_reference_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     path = cache_path(recipe, tmp_path)
     assert path == tmp_path / f"tiny-{recipe.key()}.safetensors" and path.is_file()
     assert info1["from_cache"] is False and len(calls) == 1
+    assert info1["n_samples"] == 200  # trained on the shrunk data: the patch above took effect
     assert 0 <= info1["test_accuracy"] <= 1 and info1["recipe_key"] == recipe.key()
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp files left
     m2, info2 = cached_reference_model(recipe, tmp_path)

@@ -19,7 +19,10 @@ from orbitscope.viz import mosaic
 from orbitscope.viz.interactive import render_plotly
 from orbitscope.viz.mosaic import cell_extent, element_name, mosaic_cells
 from orbitscope.viz.plot import render, save_figure
+from orbitscope.tasks import Classification, Variable
 
+#: what a flow task's error variable carries (results carry their variables' meaning)
+RMSE = Variable("rmse", "float32", kind="real", lower_is_better=True, label="RMSE", unit="px")
 MOSAIC_DIMS = ("time_reversed", "d4")
 DISK_DIMS = ("plane", "axis_angle", "rotation_angle")
 #: NERO's mosaic as the contract gives it (row by row, each cell an element index 8·time_reversed + d).
@@ -30,8 +33,9 @@ PSI = np.arange(0, 181, 15.0)  # 13 rotation angles
 
 def _result(name, variable, dims, coords, values, extra=()):
     """An OrbitResult like the engine's: variable over ("sample", *dims, *extra)."""
+    meta = RMSE.attrs() if variable == "rmse" else Classification().variable(variable).attrs()
     ds = xr.Dataset(
-        {variable: (["sample", *dims, *extra], np.asarray(values, dtype=float))},
+        {variable: (["sample", *dims, *extra], np.asarray(values, dtype=float), meta)},
         coords={"sample": np.arange(len(values)) + 100, **coords},
         attrs={"orbit_dims": json.dumps(list(dims)), "run_name": name, "model_name": name,
                "run_id": f"{name}-0123456789", "data_id": "fake-data"},
@@ -300,7 +304,8 @@ def test_individual_disk_and_error_colours():
     mesh = next(c for ax in fig.axes if ax.name == "polar" for c in ax.collections if isinstance(c, QuadMesh))
     vals = np.asarray(mesh.get_array()).reshape(13, 72)
     np.testing.assert_allclose(vals, res.data["confidence"].sel(sample=sample).values[0, :72, :].T)
-    res.data["mae"] = res.data["confidence"]
+    res.data["mae"] = res.data["confidence"].copy()
+    res.data["mae"].attrs = Variable("mae", "float32", kind="real", lower_is_better=True, label="MAE").attrs()
     err = prepare_individual(res, sample, "mae")
     mesh = next(c for ax in render(err).axes if ax.name == "polar" for c in ax.collections if isinstance(c, QuadMesh))
     expected = np.percentile(res.data["mae"].sel(sample=sample).values, [0, 80])

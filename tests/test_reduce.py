@@ -59,7 +59,9 @@ def make_result(values: np.ndarray, dims: tuple[str, ...] = ("angle",), name: st
         coords.setdefault(d, np.arange(size) * 10.0)
     coords["sample"] = np.arange(values.shape[0]) if sample is None else np.asarray(sample)
     ds = xr.Dataset({name: (("sample", *dims), values)}, coords=coords,
-                    attrs={"orbit_dims": json.dumps(list(dims)), "model_name": "hand", "run_id": "hand-run"})
+                    attrs={"orbit_dims": json.dumps(list(dims)), "model_name": "hand", "run_id": "hand-run",
+                           # the task says what its variables mean (entropy: lower is better)
+                           "task": json.dumps(osc.Classification().spec())})
     return osc.OrbitResult(ds)
 
 

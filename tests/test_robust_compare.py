@@ -87,7 +87,7 @@ def test_outputs_csv_png_html(comparison: RobustnessComparison, tmp_path) -> Non
 
 def test_section_in_the_nero_report(comparison: RobustnessComparison, digits, tmp_path) -> None:
     from orbitscope.engine.evaluate import evaluate
-    from orbitscope.group.orbits import Rotation
+    from orbitscope.group import Rotation
     from orbitscope.viz.report import write_report
 
     run = evaluate(TinyNet(), digits, Rotation([0, 90, 180, 270]))

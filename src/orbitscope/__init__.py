@@ -7,100 +7,92 @@ Quick tour::
     run = osc.evaluate(model, osc.mnist_subset("test"), orbit, store="orbitscope-runs")
     run.result.correct.mean("sample")                      # accuracy per angle
     osc.aggregate(run.result, "correct")                   # with Wilson intervals
+
+The package follows the flow of data: ``group`` (elements and orbits) -> ``kinds`` (how an
+element acts on each kind of data) -> ``data`` -> ``tasks`` (how outputs are scored) ->
+``engine`` (chunk jobs, executors, one writer) -> ``results`` (OrbitResult, store) ->
+``analysis`` / ``viz`` / ``app`` (NERO plots, consensus, reports, the interface); ``ml4ml`` and
+``robust`` build on the same pieces. The names below are the pipeline; the rest lives in those
+packages.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .kinds import act, list_kinds, rotate_images, warp_images
-from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
-from .data.datasets import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
-from .models.equivariant import P4CNN, symmetrize
-from .engine.evaluate import DataError, ModelError, Run, evaluate
-from .group.orbits import (
+# errors
+from .errors import DataError, ModelError, NotFoundError, OrbitscopeError, SpecError, StoreError
+# groups and orbits
+from .group import (
+    D4,
+    NERO_MOSAIC,
     Brightness,
     Contrast,
+    Flip,
+    NeroSO3,
+    Octahedral,
     Orbit,
     Product,
     Rotation,
     Rotation3D,
     Rotation90,
     Scale,
+    SO3Grid,
+    TimeReversal,
     Transforms,
     Translation,
+    d4_time_reversal,
     list_orbits,
     orbit_from_spec,
     parse_orbit,
+    register_orbit,
 )
-from .engine.activations import ActivationProbe
+# data kinds and their actions
+from .kinds import Boxes, Kind, act, get_kind, list_kinds, register_kind, rotate_images, warp_images, warp_window
+# data
+from .data import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
+# tasks
+from .tasks import Classification, Task, Variable, list_tasks, register_task, task_from_spec
+# engine
+from .engine import ActivationProbe, Run, evaluate
+from .engine.executors import EXECUTORS, Executor, LocalExecutor, ProcessExecutor
+# results
+from .results.result import OrbitResult, aggregate, dataset_metrics, wilson_interval
+from .results.store import Store
+# analysis
+from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
+# models
+from .models.equivariant import P4CNN, symmetrize
 from .models.loading import load_model, load_user_model, save_model
+from .models.reference import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
+from .training.recipes import TrainRecipe, cached_reference_model, train_classifier
+# ML4ML
 from .ml4ml.matrices import VarianceMatrices, variance_matrices, variance_matrix
 from .ml4ml.matrix_plots import matrix_figure, matrix_panel
 from .ml4ml.modeldb import ModelDatabase
-from .models.reference import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
-from .results.result import OrbitResult, aggregate, wilson_interval
-from .results.store import Store, StoreError
-from .tasks import Classification, Task
-from .training.recipes import TrainRecipe, cached_reference_model, train_classifier
 
 __all__ = [
-    "ActivationProbe",
-    "ModelDatabase",
-    "SmallCNN",
-    "VarianceMatrices",
-    "matrix_figure",
-    "matrix_panel",
-    "variance_matrices",
-    "variance_matrix",
-    "P4CNN",
-    "consensus_scores",
-    "invariance_measures",
-    "symmetrize",
-    "with_consensus",
-    "ArrayDataset",
-    "Brightness",
-    "Classification",
-    "Contrast",
-    "DataError",
-    "ImageFolder",
-    "ModelError",
-    "Orbit",
-    "OrbitResult",
-    "Product",
-    "ReferenceCNN",
-    "Rotation",
-    "Rotation3D",
-    "Rotation90",
-    "Run",
-    "Scale",
-    "Store",
-    "StoreError",
-    "Task",
-    "TrainRecipe",
-    "Transforms",
-    "Translation",
-    "act",
-    "aggregate",
-    "cached_reference_model",
-    "evaluate",
-    "fashion_mnist",
-    "fold_batchnorm",
-    "list_kinds",
-    "list_orbits",
-    "load_idx_dataset",
-    "load_model",
-    "load_user_model",
-    "mnist_subset",
-    "model_hash",
-    "optimize_for_inference",
-    "orbit_from_spec",
-    "parse_data_spec",
-    "parse_orbit",
-    "read_idx",
-    "rotate_images",
-    "save_model",
-    "train_classifier",
-    "warp_images",
-    "wilson_interval",
+    # errors
+    "OrbitscopeError", "DataError", "ModelError", "SpecError", "StoreError", "NotFoundError",
+    # groups
+    "Orbit", "Transforms", "Rotation", "Rotation90", "Translation", "Scale", "Brightness", "Contrast", "Flip",
+    "D4", "TimeReversal", "d4_time_reversal", "NERO_MOSAIC", "Rotation3D", "NeroSO3", "SO3Grid", "Octahedral",
+    "Product", "parse_orbit", "orbit_from_spec", "list_orbits", "register_orbit",
+    # kinds
+    "Kind", "Boxes", "act", "get_kind", "list_kinds", "register_kind", "warp_images", "warp_window", "rotate_images",
+    # data
+    "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset", "mnist_subset", "parse_data_spec", "read_idx",
+    # tasks
+    "Task", "Classification", "Variable", "register_task", "list_tasks", "task_from_spec",
+    # engine
+    "evaluate", "Run", "ActivationProbe", "Executor", "LocalExecutor", "ProcessExecutor", "EXECUTORS",
+    # results
+    "OrbitResult", "aggregate", "dataset_metrics", "wilson_interval", "Store",
+    # analysis
+    "consensus_scores", "invariance_measures", "with_consensus",
+    # models
+    "P4CNN", "symmetrize", "ReferenceCNN", "SmallCNN", "fold_batchnorm", "model_hash", "optimize_for_inference",
+    "load_model", "load_user_model", "save_model", "TrainRecipe", "cached_reference_model", "train_classifier",
+    # ML4ML
+    "ModelDatabase", "VarianceMatrices", "variance_matrices", "variance_matrix", "matrix_figure", "matrix_panel",
 ]
 
 try:

@@ -45,6 +45,7 @@ import xarray as xr
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
 from ..results.result import OrbitResult
+from ..tasks.classification import Classification
 
 __all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs"]
 
@@ -158,7 +159,7 @@ def consensus_scores(result: OrbitResult, *, atol: float = 1e-6) -> xr.Dataset:
     coords: dict[str, Any] = {d: result.data.coords[d].values for d in ("sample", *dims)}
     if "class" in result.data.coords:
         coords["class"] = result.data.coords["class"].values
-    return xr.Dataset(
+    out = xr.Dataset(
         {
             "consensus_agreement": (grid, (pred == cls[:, None]).astype(np.uint8).reshape(shape)),
             "consensus_confidence": (grid, np.take_along_axis(probs, cls[:, None, None], -1)[..., 0].reshape(shape)),
@@ -170,6 +171,12 @@ def consensus_scores(result: OrbitResult, *, atol: float = 1e-6) -> xr.Dataset:
         coords=coords,
         attrs={"consensus_method": _METHOD, "consensus_distinct_elements": int(len(_first_occurrences(t, atol)))},
     )
+    meta = Classification()
+    for name in out.data_vars:
+        info = meta.variable(str(name))
+        if info is not None:
+            out[name].attrs.update(info.attrs())
+    return out
 
 
 def with_consensus(result: OrbitResult, *, atol: float = 1e-6) -> OrbitResult:

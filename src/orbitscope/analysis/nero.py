@@ -27,11 +27,12 @@ import xarray as xr
 from ..results.result import OrbitResult, aggregate, check_same_orbit
 
 __all__ = [
-    "METRICS",
     "MODEL_COLOURS",
     "NeroSeries",
     "NeroData",
     "metric_result",
+    "metric_label",
+    "consensus_metrics",
     "class_subset",
     "check_same_samples",
     "prepare_aggregate",
@@ -44,18 +45,6 @@ __all__ = [
 #: Consistent model colours (colour-blind-safe Okabe–Ito order), by position in a comparison.
 MODEL_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 
-#: Metric name -> (label, bounded to [0, 1]).
-METRICS: dict[str, tuple[str, bool]] = {
-    "correct": ("accuracy", True),
-    "confidence": ("true-class confidence", True),
-    "top1_confidence": ("top-1 confidence", True),
-    "entropy": ("entropy (nats)", False),
-    "consensus_agreement": ("agreement with consensus", True),
-    "consensus_confidence": ("confidence in the consensus class", True),
-    "kl_to_consensus": ("KL divergence to consensus (nats)", False),
-    "tv_to_consensus": ("total variation to consensus", True),
-}
-_CONSENSUS = {"consensus_agreement", "consensus_confidence", "kl_to_consensus", "tv_to_consensus"}
 
 
 @dataclass
@@ -153,16 +142,29 @@ def layout_kind(dims: Sequence[str]) -> str:
     raise ValueError(f"no NERO layout for {len(dims)}-D orbits {tuple(dims)}; select a 1-D or 2-D slice first")
 
 
+def consensus_metrics(result: OrbitResult) -> list[str]:
+    """The label-free consensus metrics the result's task declares (computed on demand)."""
+    task = result.task()
+    return task.consensus_metric_names() if task is not None else []
+
+
 def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
     """``result`` itself if it records ``metric``, else with the consensus variables added."""
     if metric in result.data:
         return result
-    if metric in _CONSENSUS:
+    if metric in consensus_metrics(result):
         from .consensus import with_consensus
 
         return with_consensus(result)
-    known = sorted(set(METRICS) | {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
-    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(known)}")
+    known = sorted(set(consensus_metrics(result)) |
+                   {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
+    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}")
+
+
+def metric_label(results: OrbitResult | Sequence[OrbitResult], metric: str) -> str:
+    """The metric's label with its unit (from the variable's metadata), e.g. ``"entropy (nats)"``."""
+    first = results if isinstance(results, OrbitResult) else results[0]
+    return first.meta(metric).display
 
 
 def class_subset(result: OrbitResult, cls: int) -> np.ndarray:
@@ -205,8 +207,7 @@ def check_same_samples(results: Sequence[OrbitResult]) -> None:
             )
 
 
-def _value_range(metric: str, series: list[NeroSeries]) -> tuple[float, float] | None:
-    bounded = METRICS.get(metric, ("", False))[1]
+def _value_range(bounded: bool, series: list[NeroSeries]) -> tuple[float, float] | None:
     if bounded:
         return (0.0, 1.0)
     arrays = [s.values for s in series] + [s.upper for s in series if s.upper is not None]
@@ -235,7 +236,7 @@ def prepare_aggregate(
 
     Args:
         results: models to compare over the same orbit (colours by position).
-        metric: a recorded variable or a consensus metric (see :data:`METRICS`).
+        metric: a recorded variable or a consensus metric of the task (e.g. ``consensus_agreement``).
         labels: legend entries (default: run or model names).
         subset: samples to average over: None (all), a class index (``int``, uses the stored
             labels), or a boolean mask / index array.
@@ -256,14 +257,16 @@ def prepare_aggregate(
         method = agg.attrs["method"]
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,
                                  agg["lower"].values, agg["upper"].values))
-    label = METRICS.get(metric, (metric, False))[0]
+    meta = results[0].meta(metric)
+    label = meta.display
     where = f", class {subset}" if isinstance(subset, (int, np.integer)) else ("" if subset is None else ", subset")
     n = int(np.sum(subset)) if subset is not None and np.asarray(subset).dtype == bool else None
     return NeroData(
         kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
         coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
-        value_range=_value_range(metric, series), title=title or f"aggregate NERO plot: {label}{where}",
-        band_method=method, marker=marker, info={"subset": None if subset is None else str(subset)[:40], "n": n},
+        value_range=_value_range(meta.bounded, series), title=title or f"aggregate NERO plot: {label}{where}",
+        band_method=method, marker=marker, info={"subset": None if subset is None else str(subset)[:40], "n": n,
+                                                 "lower_is_better": meta.lower_is_better},
     )
 
 
@@ -289,14 +292,15 @@ def prepare_individual(
         except KeyError:
             raise NotFoundError(f"sample {sample} is not in run {res.attrs.get('run_id', '?')}") from None
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], da.values.astype(float)))
-    label = METRICS.get(metric, (metric, False))[0]
-    info: dict[str, Any] = {"sample": int(sample)}
+    meta = results[0].meta(metric)
+    label = meta.display
+    info: dict[str, Any] = {"sample": int(sample), "lower_is_better": meta.lower_is_better}
     if "label" in results[0].data:
         info["label"] = int(results[0].data["label"].sel(sample=sample))
     return NeroData(
         kind=layout_kind(dims), scope="individual", metric=metric, metric_label=label, dims=dims,
         coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
-        value_range=_value_range(metric, series),
+        value_range=_value_range(meta.bounded, series),
         title=title or f"individual NERO plot: {label}, sample {sample}"
         + (f" (label {info['label']})" if "label" in info else ""),
         marker=marker, info=info,

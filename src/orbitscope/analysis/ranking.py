@@ -1,7 +1,7 @@
 """Rankings of samples along the orbit: where a model is worst, best, most variable, or where two
 models differ most (NERO's linked ranking sliders). Rank 1 comes first; ties go to the lower
-sample position and NaN ranks last. Which direction is "worse" depends on the metric
-(:data:`orbitscope.analysis.reduce.LOWER_IS_BETTER`).
+sample position and NaN ranks last. Which direction is "worse" depends on the metric: its
+metadata says whether lower is better (:meth:`orbitscope.results.OrbitResult.meta`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .reduce import LOWER_IS_BETTER, _as_result, orbit_vectors
+from .reduce import as_result, orbit_vectors
 from ..results.result import OrbitResult, check_same_orbit
 
 __all__ = ["Ranking", "rank_samples", "rank_differences"]
@@ -57,8 +57,8 @@ class Ranking:
 # --------------------------------------------------------------------------- rankings
 
 
-def _higher_is_better(variable: str, override: bool | None) -> bool:
-    return override if override is not None else variable.lower() not in LOWER_IS_BETTER
+def _higher_is_better(result: OrbitResult, variable: str, override: bool | None) -> bool:
+    return override if override is not None else not result.meta(variable).lower_is_better
 
 
 def _subset_positions(n: int, subset: Any) -> np.ndarray:
@@ -90,7 +90,7 @@ def rank_samples(result: OrbitResult | Any, variable: str, by: Literal["worst", 
         result: an :class:`OrbitResult` (or a ``Run``).
         variable: the metric (dims ``sample`` × orbit dims).
         by: ``"worst"``: lowest orbit mean first (highest for lower-is-better metrics such as
-            entropy, see :data:`LOWER_IS_BETTER`); ``"best"``: the reverse; ``"most_variable"``:
+            entropy, whose metadata says lower is better); ``"best"``: the reverse; ``"most_variable"``:
             highest orbit variance (ddof = 0) first.
         subset: boolean mask or positions restricting the ranking (e.g. one class); returned
             indices are still positions in the full result.
@@ -99,7 +99,7 @@ def rank_samples(result: OrbitResult | Any, variable: str, by: Literal["worst", 
     Returns:
         A :class:`Ranking`; ties are broken by position (stable), NaN scores rank last.
     """
-    res = _as_result(result)
+    res = as_result(result)
     vectors = orbit_vectors(res, variable)
     positions = _subset_positions(vectors.shape[0], subset)
     ids = np.asarray(res.data["sample"].values)
@@ -107,7 +107,7 @@ def rank_samples(result: OrbitResult | Any, variable: str, by: Literal["worst", 
         return _ranked(vectors.var(axis=1), True, positions, ids, by, f"orbit variance of {variable}")
     if by not in ("worst", "best"):
         raise ValueError(f"by must be 'worst', 'best' or 'most_variable', got {by!r}")
-    descending = (by == "best") == _higher_is_better(variable, higher_is_better)
+    descending = (by == "best") == _higher_is_better(res, variable, higher_is_better)
     return _ranked(vectors.mean(axis=1), descending, positions, ids, by, f"orbit mean of {variable}")
 
 
@@ -130,7 +130,7 @@ def rank_differences(result_a: OrbitResult | Any, result_b: OrbitResult | Any, v
     Returns:
         A :class:`Ranking` over positions (identical in both results); ties by position.
     """
-    ra, rb = _as_result(result_a), _as_result(result_b)
+    ra, rb = as_result(result_a), as_result(result_b)
     ids_a, ids_b = np.asarray(ra.data["sample"].values), np.asarray(rb.data["sample"].values)
     if ids_a.shape != ids_b.shape or not np.array_equal(ids_a, ids_b):
         raise ValueError(f"results are not aligned: {ids_a.shape[0]} vs {ids_b.shape[0]} samples with different ids; "
@@ -141,7 +141,7 @@ def rank_differences(result_a: OrbitResult | Any, result_b: OrbitResult | Any, v
     if by == "abs":
         scores, name = np.abs(a - b).mean(axis=1), f"mean |A - B| of {variable}"
     elif by in ("a_worse", "b_worse"):
-        sign = 1.0 if _higher_is_better(variable, higher_is_better) else -1.0
+        sign = 1.0 if _higher_is_better(ra, variable, higher_is_better) else -1.0
         worse, better = (a, b) if by == "a_worse" else (b, a)
         scores = sign * (better - worse).mean(axis=1)
         name = f"mean {'B - A' if by == 'a_worse' else 'A - B'} of {variable}" + ("" if sign > 0 else " (negated)")

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..results.result import OrbitResult, check_same_orbit
 
-__all__ = ["METHODS", "LOWER_IS_BETTER", "Embedding", "embed", "embed_models", "orbit_statistic",
+__all__ = ["METHODS", "as_result", "Embedding", "embed", "embed_models", "orbit_statistic",
            "orbit_vectors", "reducible_variables"]
 
 logger = logging.getLogger(__name__)
@@ -50,7 +50,6 @@ _NONLINEAR = {"isomap", "tsne", "umap"}
 _LABELS = {"pca": "PCA", "ica": "ICA", "isomap": "Isomap", "tsne": "t-SNE", "umap": "UMAP"}
 
 #: Variables for which a *lower* value is better (used to orient "worst"/"best" rankings).
-LOWER_IS_BETTER = frozenset({"entropy", "error", "loss", "mse", "rmse", "mae", "aee", "epe", "consensus_error"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +90,7 @@ class Embedding:
 # --------------------------------------------------------------------------- orbit vectors
 
 
-def _as_result(obj: Any) -> OrbitResult:
+def as_result(obj: Any) -> OrbitResult:
     """Accept an :class:`OrbitResult` or anything holding one as ``.result`` (a ``Run``)."""
     if isinstance(obj, OrbitResult):
         return obj
@@ -103,7 +102,7 @@ def _as_result(obj: Any) -> OrbitResult:
 
 def reducible_variables(result: OrbitResult | Any) -> list[str]:
     """Names of the variables with dims exactly ``sample`` × orbit dims (any order)."""
-    res = _as_result(result)
+    res = as_result(result)
     want = {"sample", *res.orbit_dims}
     return sorted(str(k) for k, v in res.data.data_vars.items() if set(v.dims) == want and len(v.dims) == len(want))
 
@@ -121,7 +120,7 @@ def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
     Raises:
         KeyError: no such variable. ValueError: it has other dims too (e.g. class): select first.
     """
-    res = _as_result(result)
+    res = as_result(result)
     if variable not in res.data.data_vars:
         raise NotFoundError(f"no variable {variable!r} in this result; it has {sorted(map(str, res.data.data_vars))}")
     da = res.data[variable]
@@ -271,7 +270,7 @@ def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None
         x = np.asarray(source, dtype=np.float64)
         ids = np.arange(x.shape[0]) if sample is None else np.asarray(sample)
         return x, ids, variable, None
-    res = _as_result(source)
+    res = as_result(source)
     if variable is None:
         raise ValueError(f"embedding a result needs a variable, one of {reducible_variables(res)}")
     return orbit_vectors(res, variable), np.asarray(res.data["sample"].values), variable, _source_name(res)
@@ -365,7 +364,7 @@ def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Me
     Returns:
         Embeddings in the order of ``results``.
     """
-    resolved = [_as_result(r) for r in results]
+    resolved = [as_result(r) for r in results]
     if not resolved:
         raise ValueError("embed_models needs at least one result")
     if not joint:

@@ -14,7 +14,7 @@ task-specific detail panels behind :class:`~orbitscope.app.views.TaskView`).
 from .data import AppData, AppError
 from .server import bind_warning, create_app, make_server, serve
 from .state import Event, Selection
-from .views import DetailRequest, TaskView, register_view, view_for
+from .views import VIEWS, DetailRequest, TaskView, list_views, register_view, view_for
 
 __all__ = [
     "AppData",
@@ -23,8 +23,10 @@ __all__ = [
     "Event",
     "Selection",
     "TaskView",
+    "VIEWS",
     "bind_warning",
     "create_app",
+    "list_views",
     "make_server",
     "register_view",
     "serve",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..viz.interactive import render_plotly
-from ..analysis.nero import METRICS, NeroData, prepare_aggregate, prepare_individual
+from ..analysis.nero import NeroData, metric_label, prepare_aggregate, prepare_individual
 from ..analysis.reduce import METHODS
 from ..viz.reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
 from .data import MAX_MODELS, AppData, AppError, Context
@@ -188,8 +188,8 @@ def _context_of(data: AppData, selection: Any) -> tuple[Selection, Context]:
 # --------------------------------------------------------------------------- figures
 
 
-def _metric_label(metric: str) -> str:
-    return METRICS.get(metric, (metric, False))[0]
+def _metric_label(ctx: Context) -> str:
+    return metric_label(ctx.results, ctx.metric) if ctx.results else str(ctx.metric)
 
 
 def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[Selection, Context], NeroData]) -> dict[str, Any]:
@@ -220,7 +220,7 @@ def aggregate_figure(data: AppData, selection: Any) -> dict[str, Any]:
         where = "" if sel.subset is None else f", class {sel.subset}" + (" (consensus)" if sel.label_free else "")
         return prepare_aggregate(list(ctx.results), ctx.metric, labels=ctx.names, subset=ctx.mask,
                                  marker=sel.element_dict,
-                                 title=f"aggregate: {_metric_label(ctx.metric)}{where} (n = {ctx.positions.size})")
+                                 title=f"aggregate: {_metric_label(ctx)}{where} (n = {ctx.positions.size})")
 
     return _nero_figure(data, selection, "aggregate", prepare)
 
@@ -232,7 +232,7 @@ def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:
     def prepare(sel: Selection, ctx: Context) -> NeroData:
         return prepare_individual(list(ctx.results), int(sel.sample), ctx.metric, labels=ctx.names,  # type: ignore[arg-type]
                                   marker=sel.element_dict,
-                                  title=f"sample {sel.sample}: {_metric_label(ctx.metric)} (click to select an element)")
+                                  title=f"sample {sel.sample}: {_metric_label(ctx)} (click to select an element)")
 
     return _nero_figure(data, selection, "individual", prepare)
 
@@ -266,7 +266,7 @@ def _scatter_base(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[s
     """The scatter without a highlight (built once per embedding and colouring)."""
     emb = data.embedding(ctx, i, sel.method)
     colour = data.statistic(ctx, i, sel.colour)
-    fig = scatter_plotly(emb, colour, f"orbit {sel.colour}", f"{emb.label} of {_metric_label(ctx.metric)} orbits")
+    fig = scatter_plotly(emb, colour, f"orbit {sel.colour}", f"{emb.label} of {_metric_label(ctx)} orbits")
     fig.update_layout(clickmode="event", height=300, margin=dict(l=40, r=10, t=40, b=35),
                       uirevision=str((ctx.key, sel.method)), title={"font": {"size": 13, "color": ctx.colours[i]}})
     out = fig.to_dict()

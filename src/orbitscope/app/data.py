@@ -325,7 +325,7 @@ class AppData:
     def rankings(self, ctx: Context, rank_by: str) -> list[Ranking]:
         """One ranking per compared run over the shown samples (rank 1 = worst / most variable /
         furthest behind the other model, see :data:`orbitscope.app.state.RANK_BY`)."""
-        higher = not ctx.view.lower_is_better(ctx.metric)
+        higher = None  # the metric's own metadata says which way is worse
 
         def compute() -> list[Ranking]:
             out = []

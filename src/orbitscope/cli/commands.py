@@ -47,7 +47,7 @@ def evaluate(
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
     from ..data.datasets import parse_data_spec
     from ..engine.evaluate import evaluate as run_evaluate
-    from ..group.orbits import parse_orbit
+    from ..group.parse import parse_orbit
     from ..models.loading import load_user_model
     from ..results.store import Store
     from ..tasks import Classification

@@ -1,6 +1,7 @@
 """Datasets and data specs: IDX files, the MNIST subset, Fashion-MNIST, image folders, arrays."""
 
 from .datasets import (
+    DATA_SPECS,
     FASHION_MNIST_CLASSES,
     ArrayDataset,
     ImageFolder,
@@ -9,7 +10,8 @@ from .datasets import (
     mnist_subset,
     parse_data_spec,
     read_idx,
+    register_data_spec,
 )
 
-__all__ = ["FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
-           "mnist_subset", "parse_data_spec", "read_idx"]
+__all__ = ["DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
+           "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]

@@ -1,8 +1,8 @@
 """Groups: elements (the :class:`Transforms` algebra) and orbits (finite, named group samples)."""
 
 from .elements import Transforms, check_closed, element_features, quaternion_to_matrix, rotation_matrix, unique_elements
+from .grids import MAX_ORBIT_SIZE
 from .orbits import (
-    MAX_ORBIT_SIZE,
     ORBITS,
     Brightness,
     Contrast,
@@ -15,9 +15,9 @@ from .orbits import (
     Translation,
     list_orbits,
     orbit_from_spec,
-    parse_orbit,
     register_orbit,
 )
+from .parse import parse_orbit
 from .finite import D4, NERO_MOSAIC, Flip, TimeReversal, d4_time_reversal
 from .so3 import NeroSO3, Octahedral, SO3Grid, super_fibonacci
 

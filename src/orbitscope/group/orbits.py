@@ -34,7 +34,6 @@ in :mod:`orbitscope.group.so3`.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Iterable
 
 import numpy as np
@@ -42,6 +41,7 @@ import numpy as np
 from .._registry import Registry
 from ..errors import SpecError
 from .elements import Transforms, check_closed, quaternion_to_matrix, rotation_matrix, unique_elements
+from .grids import MAX_ORBIT_SIZE, as_grid, check_size
 
 __all__ = [
     "Transforms",
@@ -61,7 +61,6 @@ __all__ = [
     "register_orbit",
     "rotation_matrix",
     "quaternion_to_matrix",
-    "parse_orbit",
     "orbit_from_spec",
     "list_orbits",
 ]
@@ -74,65 +73,10 @@ __all__ = [
 #: Orbit classes by ``kind`` (what :func:`orbit_from_spec` and :func:`list_orbits` read).
 ORBITS: Registry[type["Orbit"]] = Registry("orbit kind")
 
-#: Most elements an orbit built from a spec (string or dict) may have; larger grids are refused
-#: (a SpecError with the count) rather than exhausting memory.
-MAX_ORBIT_SIZE = 10_000_000
-
-
 def register_orbit(cls: type["Orbit"]) -> type["Orbit"]:
     """Class decorator: register an :class:`Orbit` subclass under its ``kind``."""
     ORBITS.register(cls.kind, cls)
     return cls
-
-
-def _check_size(count: int, what: str, hint: str = "use a coarser step or a smaller range") -> None:
-    """Refuse (SpecError) an orbit of more than :data:`MAX_ORBIT_SIZE` elements."""
-    if count > MAX_ORBIT_SIZE:
-        raise SpecError(f"{what} would have {count:,} elements, more than the {MAX_ORBIT_SIZE:,} allowed; {hint}")
-
-
-def _finite_number(value: Any, name: str) -> float:
-    """``value`` as a finite float, else a SpecError naming it."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(out):
-        raise SpecError(f"{name} must be a finite number, got {value!r}")
-    return out
-
-
-def _as_grid(values: Iterable[float] | np.ndarray, name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64).ravel()
-    except (TypeError, ValueError):
-        raise SpecError(f"{name} must be numbers, got {values!r}") from None
-    if arr.size == 0:
-        raise SpecError(f"{name} must contain at least one value")
-    if not np.all(np.isfinite(arr)):
-        bad = arr[~np.isfinite(arr)]
-        raise SpecError(f"{name} must be finite numbers, got {float(bad[0])} among {arr.size} values")
-    return arr
-
-
-def _inclusive_range(start: float, stop: float, step: float, what: str = "grid") -> np.ndarray:
-    """``start, start + step, ..., stop`` (stop included when on the grid), refusing NaN, infinite
-    bounds and grids of more than :data:`MAX_ORBIT_SIZE` values (SpecError naming the value)."""
-    start = _finite_number(start, f"{what}: START")
-    stop = _finite_number(stop, f"{what}: STOP")
-    step = _finite_number(step, f"{what}: STEP")
-    if step <= 0:
-        raise SpecError(f"{what}: STEP must be > 0, got {step:g}")
-    if stop < start:
-        raise SpecError(f"{what}: STOP ({stop:g}) must be >= START ({start:g})")
-    n = int(math.floor((stop - start) / step + 1e-9)) + 1
-    _check_size(n, what)
-    return np.round(start + step * np.arange(n), 10)
-
-
-# ---------------------------------------------------------------------------------------------
-# Orbits
-# ---------------------------------------------------------------------------------------------
 
 
 class Orbit:
@@ -214,7 +158,7 @@ class Rotation(Orbit):
     units = ("degrees",)
 
     def __init__(self, angles: Iterable[float] = range(0, 361, 5)) -> None:
-        self.coords = {"angle": _as_grid(angles, "angles")}
+        self.coords = {"angle": as_grid(angles, "angles")}
 
     def _elements(self, values: np.ndarray) -> Transforms:
         return Transforms.create(len(values), linear=rotation_matrix(values))
@@ -246,8 +190,8 @@ class Translation(Orbit):
     units = ("pixels", "pixels")
 
     def __init__(self, tx: Iterable[float], ty: Iterable[float] | None = None) -> None:
-        tx_arr = _as_grid(tx, "tx")
-        self.coords = {"tx": tx_arr, "ty": tx_arr.copy() if ty is None else _as_grid(ty, "ty")}
+        tx_arr = as_grid(tx, "tx")
+        self.coords = {"tx": tx_arr, "ty": tx_arr.copy() if ty is None else as_grid(ty, "ty")}
 
     def transforms(self) -> Transforms:
         gx, gy = np.meshgrid(self.coords["tx"], self.coords["ty"], indexing="ij")
@@ -263,7 +207,7 @@ class Scale(Orbit):
     units = ("factor",)
 
     def __init__(self, factors: Iterable[float]) -> None:
-        f = _as_grid(factors, "scale factors")
+        f = as_grid(factors, "scale factors")
         if np.any(f <= 0):
             raise SpecError(f"scale factors must be > 0, got {f}")
         self.coords = {"scale": f}
@@ -281,7 +225,7 @@ class Brightness(Orbit):
     units = ("factor",)
 
     def __init__(self, factors: Iterable[float]) -> None:
-        f = _as_grid(factors, "brightness factors")
+        f = as_grid(factors, "brightness factors")
         if np.any(f <= 0):
             raise SpecError(f"brightness factors must be > 0, got {f}")
         self.coords = {"brightness": f}
@@ -299,7 +243,7 @@ class Contrast(Orbit):
     units = ("factor",)
 
     def __init__(self, factors: Iterable[float]) -> None:
-        f = _as_grid(factors, "contrast factors")
+        f = as_grid(factors, "contrast factors")
         if np.any(f <= 0):
             raise SpecError(f"contrast factors must be > 0, got {f}")
         self.coords = {"contrast": f}
@@ -398,79 +342,5 @@ def orbit_from_spec(spec: dict[str, Any] | str) -> Orbit:
         except json.JSONDecodeError as exc:
             raise SpecError(f"an orbit spec string must be JSON ({exc}); for 'rotation:0:360:5' use parse_orbit") from None
     orbit = ORBITS.from_spec(spec)
-    _check_size(orbit.size, f"orbit {spec.get('kind')!r}")
+    check_size(orbit.size, f"orbit {spec.get('kind')!r}")
     return orbit
-
-
-_SPEC_HELP = (
-    "orbit specs: 'rotation:START:STOP:STEP' (degrees, STOP included), 'rotation90', "
-    "'shift:START:STOP:STEP' (pixels, same grid for tx and ty), 'scale:START:STOP:STEP', "
-    "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', "
-    "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
-    "the square), 'time-reversal', 'd4xt' (time-reversal x d4: NERO's 16 PIV elements), "
-    "'so3-nero' or 'so3-nero:AXIS_STEP:ANGLE_STEP' (NERO's axis-angle sample, degrees; default 5:15), "
-    "'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), 'octahedral' (the 24 rotations of the "
-    "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
-)
-
-_RANGE_NAMES = ("rotation", "shift", "translation", "scale", "brightness", "contrast")
-
-
-def parse_orbit(text: str) -> Orbit:
-    """Parse a command-line orbit spec such as ``rotation:0:360:5`` (both ends included).
-
-    See ``_SPEC_HELP`` for the accepted forms. Names are case-insensitive and ``_`` may stand for
-    ``-`` (``time_reversal``, ``so3_nero``).
-
-    Raises:
-        SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
-            ``inf``), or an orbit of more than :data:`MAX_ORBIT_SIZE` elements (with the count).
-    """
-    factors = [f.strip() for f in text.replace("×", " x ").split(" x ") if f.strip()]
-    if not factors:
-        raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
-    orbits = [_parse_single(f) for f in factors]
-    out = orbits[0]
-    for o in orbits[1:]:
-        _check_size(out.size * o.size, f"orbit {text!r}")
-        out = Product(out, o)
-    return out
-
-
-def _parse_single(text: str) -> Orbit:
-    # finite.py and so3.py import this module, so they are imported here, when a spec is parsed
-    from .finite import D4, Flip, TimeReversal, d4_time_reversal
-    from .so3 import NeroSO3, Octahedral, SO3Grid
-
-    name, *args = (a.strip() for a in text.split(":"))
-    name = name.lower().replace("_", "-")
-    bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
-    if not args:
-        plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
-                 "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
-        if name not in plain:
-            raise bad
-        return plain[name]()
-    if name == "flip" and len(args) == 1:
-        if args[0].lower() not in Flip.AXES:
-            raise SpecError(f"orbit {text!r}: the flip axis must be one of {list(Flip.AXES)}, got {args[0]!r}")
-        return Flip(args[0].lower())
-    if name == "so3-nero" and len(args) == 2:
-        axis_step = _finite_number(args[0], f"orbit {text!r}: AXIS_STEP")
-        angle_step = _finite_number(args[1], f"orbit {text!r}: ANGLE_STEP")
-        return NeroSO3(axis_step, angle_step)
-    if name == "so3" and len(args) == 1:
-        try:
-            n = int(args[0])
-        except ValueError:
-            raise SpecError(f"orbit {text!r}: N must be a whole number of rotations, got {args[0]!r}") from None
-        return SO3Grid(n)
-    if name not in _RANGE_NAMES or len(args) != 3:
-        raise bad
-    grid = _inclusive_range(*args, what=f"orbit {text!r}")
-    if name == "rotation":
-        return Rotation(grid)
-    if name in ("shift", "translation"):
-        _check_size(len(grid) ** 2, f"orbit {text!r} (tx x ty)")
-        return Translation(grid)
-    return {"scale": Scale, "brightness": Brightness, "contrast": Contrast}[name](grid)

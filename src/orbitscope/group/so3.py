@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import SpecError
 from .elements import Transforms, quaternion_to_matrix, rotation_matrix
-from .orbits import Orbit, Rotation3D, _check_size, _finite_number, _inclusive_range, register_orbit
+from .grids import check_size, finite_number, inclusive_range
+from .orbits import Orbit, Rotation3D, register_orbit
 
 __all__ = ["NeroSO3", "SO3Grid", "Octahedral", "super_fibonacci"]
 
@@ -56,11 +57,11 @@ class NeroSO3(Orbit):
     PLANES: tuple[str, ...] = ("xy", "xz", "yz")
 
     def __init__(self, axis_step: float = 5.0, angle_step: float = 15.0) -> None:
-        self.axis_step = _finite_number(axis_step, "NeroSO3 axis_step")
-        self.angle_step = _finite_number(angle_step, "NeroSO3 angle_step")
-        phi = _inclusive_range(0.0, 360.0, self.axis_step, what="NeroSO3 axis angles")
-        psi = _inclusive_range(0.0, 180.0, self.angle_step, what="NeroSO3 rotation angles")
-        _check_size(3 * len(phi) * len(psi), "NeroSO3", "use larger axis_step / angle_step")
+        self.axis_step = finite_number(axis_step, "NeroSO3 axis_step")
+        self.angle_step = finite_number(angle_step, "NeroSO3 angle_step")
+        phi = inclusive_range(0.0, 360.0, self.axis_step, what="NeroSO3 axis angles")
+        psi = inclusive_range(0.0, 180.0, self.angle_step, what="NeroSO3 rotation angles")
+        check_size(3 * len(phi) * len(psi), "NeroSO3", "use larger axis_step / angle_step")
         self.coords = {"plane": np.arange(3, dtype=np.float64), "axis_angle": phi, "rotation_angle": psi}
 
         c, s = _cos_sin(phi)
@@ -128,7 +129,7 @@ class SO3Grid(Rotation3D):
             raise SpecError(f"SO3Grid needs a whole number n >= 1 of rotations, got {n!r}")
         if method not in self.METHODS:
             raise SpecError(f"unknown SO3Grid method {method!r}; known: {', '.join(self.METHODS)}")
-        _check_size(int(n), "SO3Grid", "use a smaller n")
+        check_size(int(n), "SO3Grid", "use a smaller n")
         self.n, self.method = int(n), method
         super().__init__(super_fibonacci(self.n))
 

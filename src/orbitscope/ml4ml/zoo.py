@@ -244,7 +244,7 @@ def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] =
     ``all_correct_share`` (images correct at every level), ``n_images``, ``n_correct``.
     """
     from ..engine.evaluate import evaluate
-    from ..group.orbits import parse_orbit
+    from ..group.parse import parse_orbit
     from .matrices import variance_matrices
 
     orb = parse_orbit(orbit)

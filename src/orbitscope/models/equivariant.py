@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..kinds import get_kind, warp_images
-from ..group.orbits import Orbit, Transforms, orbit_from_spec, parse_orbit
+from ..group.orbits import Orbit, Transforms, orbit_from_spec
+from ..group.parse import parse_orbit
 from ..group.elements import check_closed, element_features
 from .registry import build_model, check_arch_args, register_model
 

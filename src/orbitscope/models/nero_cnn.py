@@ -1,8 +1,7 @@
 """NERO's plain MNIST CNN, layer for layer (architecture ``"nero-cnn"``).
 
-Zhao, Matsuzawa, Irvine, Maire, Kindlmann, "Visualizing and Understanding Equivariance with NERO",
-arXiv 2305.19889 (its first version was titled "Evaluating Machine Learning Models with NERO:
-Non-Equivariance Revealed on Orbits"), compared on MNIST a plain CNN, the same
+Zhao, Matsuzawa, Irvine, Maire, Kindlmann, "Evaluating Machine Learning Models with NERO:
+Non-Equivariance Revealed on Orbits", arXiv 2305.19889, compared on MNIST a plain CNN, the same
 CNN trained with rotation augmentation, and an E(2)-steerable CNN. :class:`NeroCNN` is that plain
 CNN with the layer shapes of the authors' public code; :class:`~orbitscope.models.reference.ReferenceCNN`
 is our own, much smaller CNN of the same layout idea (six conv blocks, three average pools, a

@@ -156,6 +156,32 @@ class OrbitResult:
             f"variables={sorted(self.data.data_vars)})"
         )
 
+    def task(self) -> Any:
+        """The task that produced this result (rebuilt from its spec), or None."""
+        spec = self.data.attrs.get("task")
+        if spec is None:
+            return None
+        from ..tasks.base import task_from_spec
+
+        try:
+            return task_from_spec(json.loads(spec) if isinstance(spec, str) else spec)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def meta(self, name: str) -> Variable:
+        """What variable ``name`` is (:class:`~orbitscope.tasks.variables.Variable`): from its
+        stored attrs, else the task's declaration (also for variables not computed yet, such as
+        consensus metrics), else the engine's; unknown names are ``real`` with their name as label."""
+        if name in self.data and "kind" in self.data[name].attrs:
+            return variable_meta(self.data[name])
+        task = self.task()
+        declared = task.variable(name) if task is not None else None
+        if declared is not None:
+            return declared
+        if name in ENGINE_VARIABLES:
+            return ENGINE_VARIABLES[name]
+        return variable_meta(self.data[name]) if name in self.data else Variable(name, "float32", label=name)
+
     # aggregates ---------------------------------------------------------------------------
     def aggregate(self, variable: str = "correct", *, level: float = 0.95, subset: Any = None) -> xr.Dataset:
         """See :func:`aggregate`."""

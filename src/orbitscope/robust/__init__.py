@@ -20,6 +20,7 @@ from .bounds import CertifiedAccuracy, Estimate, certified_robust_accuracy, towe
 from .certify import CertificationResult, certify, perturbation_stream
 from .compare import RobustnessComparison, compare_robustness, reference_models
 from .samplers import (
+    PERTURBATIONS,
     GaussianNoise,
     L2Uniform,
     LinfUniform,
@@ -31,6 +32,7 @@ from .samplers import (
     RandomShift,
     list_perturbations,
     parse_perturbation,
+    register_perturbation,
     sampler_from_spec,
 )
 from .sequential import (
@@ -44,12 +46,14 @@ from .sequential import (
     RobustnessTest,
     SimulationResult,
     SPRTTest,
+    TESTS,
     binom_test_two_sided,
     clopper_pearson,
     default_budget,
     fixed_sample_size,
     list_tests,
     make_test,
+    register_test,
     simulate,
 )
 
@@ -62,7 +66,8 @@ __all__ = [
     "ProductSampler", "parse_perturbation", "sampler_from_spec", "list_perturbations", "CertificationResult",
     "certify", "perturbation_stream", "RobustnessComparison", "compare_robustness", "reference_models",
     "AdversarialRecipe", "ADVERSARIAL_RECIPES", "cached_adversarial_model", "pgd_accuracy",
-    "ProbabilisticRobustness", "torchattacks_available",
+    "ProbabilisticRobustness", "torchattacks_available", "PERTURBATIONS", "register_perturbation", "TESTS",
+    "register_test",
 ]
 
 

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..models.reference import default_config, model_device, model_hash
 from ..models.registry import build_model
-from ..training.recipes import TrainRecipe, _derive_seed, fit_epochs, load_or_train, training_data
+from ..training.recipes import TrainRecipe, derive_seed, fit_epochs, load_or_train, training_data
 
 __all__ = [
     "AdversarialRecipe",
@@ -175,7 +175,7 @@ def pgd_accuracy(
 
 def _train(model: nn.Module, dataset: Dataset, recipe: AdversarialRecipe, progress: ProgressFn | None) -> dict[str, Any]:
     ta = _require_torchattacks()
-    shuffle_gen = torch.Generator().manual_seed(_derive_seed(recipe.seed, "shuffle"))
+    shuffle_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "shuffle"))
     loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
     device = model_device(model)
     atk = ta.PGD(model, eps=recipe.eps, alpha=recipe.step_size, steps=recipe.steps, random_start=True)

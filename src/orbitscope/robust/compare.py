@@ -191,14 +191,14 @@ class RobustnessComparison:
 
     def write_html(self, path: str | Path, title: str = "orbitscope robustness report") -> Path:
         """A standalone, offline HTML page holding :meth:`html_section`."""
-        from ..viz.report import _CSS
+        from ..viz.report import REPORT_CSS
 
         p = Path(path)
         if p.suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"the report is an HTML file: give a path ending in .html, got {p.name!r}")
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-                     f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>{self.html_section()}</body></html>",
+                     f"<style>{REPORT_CSS}</style></head><body><h1>{html.escape(title)}</h1>{self.html_section()}</body></html>",
                      encoding="utf-8")
         return p
 

@@ -85,10 +85,14 @@ class Task:
 
     def variable(self, name: str) -> Variable | None:
         """The declared variable called ``name`` (including consensus variables), or None."""
-        for v in [*self.variables(0), *self.consensus_variables()]:
+        for v in [*self.variables(0), *self.consensus_variables(), *self.consensus_measures(), *self.dataset_variables()]:
             if v.name == name:
                 return v
         return None
+
+    def consensus_metric_names(self) -> list[str]:
+        """Names of the label-free variables derived from the consensus (scores and measures)."""
+        return [v.name for v in [*self.consensus_variables(), *self.consensus_measures()]]
 
     def spec(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -158,6 +162,10 @@ class Task:
 
     def consensus_name(self, name: str) -> str:
         return f"consensus_{name}"
+
+    def consensus_measures(self) -> list[Variable]:
+        """Further label-free variables an analysis derives from stored outputs (none by default)."""
+        return []
 
 
 #: Registered tasks: ``spec()["kind"]`` -> task class (with a ``from_spec`` classmethod or

@@ -63,6 +63,25 @@ _PROBABILITIES = Variable("probabilities", "float32", ("class",), "class probabi
                           needs_labels=False, label="class probabilities")
 
 
+_CONSENSUS_SCORES = (
+    Variable("consensus_agreement", "uint8", description="1 if the prediction equals the consensus class",
+             kind="binary", needs_labels=False, label="agreement with consensus"),
+    Variable("consensus_confidence", "float32", description="probability of the consensus class",
+             kind="probability", needs_labels=False, label="confidence in the consensus class"),
+)
+#: what :func:`orbitscope.analysis.consensus.consensus_scores` adds from stored probabilities
+_CONSENSUS_MEASURES = (
+    Variable("kl_to_consensus", "float64", description="KL(p_g || consensus)", kind="real", lower_is_better=True,
+             needs_labels=False, label="KL divergence to consensus", unit="nats"),
+    Variable("tv_to_consensus", "float64", description="total variation distance to the consensus",
+             kind="probability", lower_is_better=True, needs_labels=False, label="total variation to consensus"),
+    Variable("consensus_class", "int32", description="argmax of the consensus distribution", kind="state",
+             needs_labels=False, label="consensus class"),
+    Variable("consensus_probabilities", "float64", ("class",), "consensus class distribution", kind="probability",
+             needs_labels=False, label="consensus probabilities"),
+)
+
+
 @register_task
 @dataclass(frozen=True)
 class Classification(Task):
@@ -154,12 +173,10 @@ class Classification(Task):
         return {"correct": "consensus_agreement"}.get(name, f"consensus_{name}")
 
     def consensus_variables(self) -> list[Variable]:
-        return [
-            Variable("consensus_agreement", "uint8", description="1 if the prediction equals the consensus class",
-                     kind="binary", needs_labels=False, label="agreement with consensus"),
-            Variable("consensus_confidence", "float32", description="probability of the consensus class",
-                     kind="probability", needs_labels=False, label="confidence in the consensus class"),
-        ]
+        return list(_CONSENSUS_SCORES)
+
+    def consensus_measures(self) -> list[Variable]:
+        return list(_CONSENSUS_MEASURES)
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "output": self.output, "store_probabilities": self.store_probabilities}

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis.nero import NeroData
-from ..analysis.reduce import LOWER_IS_BETTER
 
 __all__ = ["ColourScale", "colour_scale", "lower_is_better"]
 
@@ -36,9 +35,9 @@ class ColourScale:
 
 
 def lower_is_better(data: NeroData) -> bool:
-    """Whether a lower value of ``data.metric`` is better (``info["lower_is_better"]`` overrides)."""
-    flag = data.info.get("lower_is_better")
-    return bool(flag) if flag is not None else data.metric.lower() in LOWER_IS_BETTER
+    """Whether a lower value of ``data.metric`` is better (from the variable's metadata, which
+    :func:`~orbitscope.analysis.nero.prepare_aggregate` puts in ``info["lower_is_better"]``)."""
+    return bool(data.info.get("lower_is_better", False))
 
 
 def _finite(data: NeroData) -> np.ndarray:

@@ -25,15 +25,15 @@ from PIL import Image
 
 from .. import __version__
 from .interactive import figure_html, render_plotly
-from ..analysis.nero import METRICS, check_same_samples, prepare_aggregate, prepare_individual
+from ..analysis.nero import check_same_samples, metric_label, prepare_aggregate, prepare_individual
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
 from .reduce_plots import scatter_plotly
 from ..results.result import OrbitResult
 
-__all__ = ["write_report", "summary_rows", "non_equivariance"]
+__all__ = ["write_report", "summary_rows", "non_equivariance", "REPORT_CSS"]
 
-_CSS = """
+REPORT_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.3rem}
 table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px solid #ddd;padding:.3rem .6rem;text-align:right}
@@ -64,7 +64,7 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
             "orbit mean accuracy": acc["mean"],
             "worst accuracy": f"{acc['worst']:.3f} ({_where(acc['worst_at'])})",
             "best accuracy": f"{acc['best']:.3f} ({_where(acc['best_at'])})",
-            f"non-equivariance (orbit std of {METRICS.get(metric, (metric,))[0]})": non_equivariance(res, metric),
+            f"non-equivariance (orbit std of {metric_label(results, metric)})": non_equivariance(res, metric),
         }
         if "probabilities" in res.data:
             from ..analysis.consensus import invariance_measures, with_consensus
@@ -172,13 +172,13 @@ def write_report(
 
     if all("label" in r.data for r in results):
         classes = np.unique(results[0].data["label"].values)
-        parts.append(f"<h2>Per-class aggregate plots ({METRICS['correct'][0]})</h2><div class='grid'>")
+        parts.append(f"<h2>Per-class aggregate plots ({metric_label(results, 'correct')})</h2><div class='grid'>")
         for c in classes:
             parts.append(fig(render_plotly(prepare_aggregate(results, "correct", labels=labels, subset=int(c),
                                                               title=f"class {int(c)}")), height=360))
         parts.append("</div>")
 
-    parts.append(f"<h2>Dimension reduction ({method}) of per-sample orbit vectors of {METRICS.get(metric, (metric,))[0]}</h2>"
+    parts.append(f"<h2>Dimension reduction ({method}) of per-sample orbit vectors of {metric_label(results, metric)}</h2>"
                  "<div class='grid'>")
     for res, lab in zip(results, labels):
         emb = embed(res, metric, method=method, seed=seed)
@@ -189,7 +189,7 @@ def write_report(
     parts.append(_sensitive_section(results, labels, metric, n_samples, fig))
     parts.extend(extra_sections)
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-           f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
+           f"<style>{REPORT_CSS}</style></head><body>{''.join(parts)}</body></html>")
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(doc, encoding="utf-8")
     return p
@@ -201,12 +201,12 @@ def _sensitive_section(results: list[OrbitResult], labels: list[str], metric: st
     order = np.argsort(-stds, kind="stable")[:n]
     ranking = rank_samples(results[0], metric, by="most_variable")
     out = [f"<h2>The {len(order)} most orbit-sensitive samples</h2><p class='note'>ranked by the largest standard "
-           f"deviation of {METRICS.get(metric, (metric,))[0]} along the orbit over the models; rank k/N is the rank "
+           f"deviation of {metric_label(results, metric)} along the orbit over the models; rank k/N is the rank "
            f"in {labels[0]}'s own ranking.</p><div class='grid'>"]
     for pos in order:
         sample = int(results[0].data.sample.values[pos])
         ind = prepare_individual(results, sample, metric, labels=labels,
-                                 title=f"sample {sample}: {METRICS.get(metric, (metric,))[0]}")
+                                 title=f"sample {sample}: {metric_label(results, metric)}")
         worst_pos = int(np.argmin(ind.series[0].values))
         worst = {d: float(ind.coords[d][i]) for d, i in zip(ind.dims, np.unravel_index(worst_pos, ind.series[0].values.shape))}
         ind.marker = worst

@@ -26,7 +26,7 @@ from torch import nn
 from ..._registry import Registry
 from ...errors import SpecError
 from ...group.orbits import Orbit
-from ...analysis.reduce import LOWER_IS_BETTER, reducible_variables
+from ...analysis.reduce import reducible_variables
 from ...results.result import OrbitResult
 
 __all__ = ["DetailRequest", "TaskView", "VIEWS", "list_views", "register_view", "view_for"]
@@ -72,14 +72,11 @@ class TaskView:
         """``(value, label)`` of the metrics every result can show (in label-free mode only
         metrics that need no labels)."""
         common = set.intersection(*(set(reducible_variables(r)) for r in results)) if results else set()
-        return [(v, v) for v in sorted(common)]
+        names = [v for v in sorted(common) if not (label_free and results[0].meta(v).needs_labels)]
+        return [(v, results[0].meta(v).display) for v in names]
 
     def default_metric(self, options: Sequence[tuple[str, str]], label_free: bool) -> str | None:
         return options[0][0] if options else None
-
-    def lower_is_better(self, metric: str) -> bool:
-        """Orientation of ``metric`` for "worst first" rankings."""
-        return metric.lower() in LOWER_IS_BETTER
 
     def needs_consensus(self, metric: str | None, label_free: bool) -> bool:
         """Whether the results must carry label-free (consensus) variables."""

@@ -28,7 +28,7 @@ from torch import nn
 
 from ...kinds import warp_images
 from ...group.orbits import Orbit
-from ...analysis.nero import METRICS
+from ...analysis.nero import consensus_metrics
 from ...analysis.reduce import reducible_variables
 from ...results.result import OrbitResult
 from ...engine.model_call import ModelCall
@@ -37,9 +37,8 @@ from . import DetailRequest, TaskView, register_view
 
 __all__ = ["ClassificationView", "transformed_input", "png_data_uri"]
 
-CONSENSUS_METRICS = ("consensus_agreement", "consensus_confidence", "kl_to_consensus", "tv_to_consensus")
-_NEEDS_LABELS = ("correct", "confidence")
-_LOWER_IS_BETTER = frozenset({"entropy", "kl_to_consensus", "tv_to_consensus"})
+#: order of the metric menu (the task's own variables first, then the consensus metrics)
+_ORDER = tuple(v.name for v in Classification().variables()) + tuple(Classification().consensus_metric_names())
 _IMAGE_STYLE = {"width": "168px", "height": "168px", "imageRendering": "pixelated", "border": "1px solid #ccc"}
 
 
@@ -111,11 +110,13 @@ class ClassificationView(TaskView):
             return []
         have = set.intersection(*(set(reducible_variables(r)) for r in results))
         probs = self.label_free_available(results)
-        names = [m for m in METRICS if m in have or (m in CONSENSUS_METRICS and probs)]
-        names += sorted(have - set(METRICS) - {"prediction"})
+        consensus = set(consensus_metrics(results[0]))
+        first = results[0]
+        names = [m for m in _ORDER if (m in have or (m in consensus and probs)) and first.meta(m).kind != "state"]
+        names += sorted(m for m in have - set(_ORDER) if first.meta(m).kind != "state")
         if label_free:
-            names = [m for m in names if m not in _NEEDS_LABELS]
-        return [(m, METRICS.get(m, (m, False))[0]) for m in names]
+            names = [m for m in names if not first.meta(m).needs_labels]
+        return [(m, first.meta(m).display) for m in names]
 
     def default_metric(self, options: Sequence[tuple[str, str]], label_free: bool) -> str | None:
         values = [v for v, _ in options]
@@ -124,11 +125,8 @@ class ClassificationView(TaskView):
                 return preferred
         return values[0] if values else None
 
-    def lower_is_better(self, metric: str) -> bool:
-        return metric in _LOWER_IS_BETTER or super().lower_is_better(metric)
-
     def needs_consensus(self, metric: str | None, label_free: bool) -> bool:
-        return label_free or metric in CONSENSUS_METRICS
+        return label_free or metric in Classification().consensus_metric_names()
 
     def label_free_available(self, results: Sequence[OrbitResult]) -> bool:
         return bool(results) and all("probabilities" in r.data for r in results)

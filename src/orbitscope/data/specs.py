@@ -1,0 +1,202 @@
+"""Data specs ``PREFIX[:ARGS][@N]`` (the CLI's ``--data``): the registry :data:`DATA_SPECS`,
+:func:`register_data_spec`, :func:`parse_data_spec` and the built-in prefixes (``mnist-subset``,
+``fashion-mnist``, ``idx``, ``folder``, ``npz``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .._registry import Registry
+from ..errors import DataError, SpecError
+from .arrays import ArrayDataset
+from .builtin import fashion_mnist, load_idx_dataset, mnist_subset
+from .folder import ImageFolder
+
+__all__ = ["DATA_SPECS", "DataSpecParser", "parse_data_spec", "register_data_spec"]
+
+#: A data spec parser: the text after ``PREFIX:`` ("" when there is none) -> a dataset.
+DataSpecParser = Callable[[str], Dataset]
+
+#: The data spec prefixes: prefix -> parser(rest) -> dataset (see :func:`register_data_spec`).
+DATA_SPECS: Registry[DataSpecParser] = Registry("data spec prefix", key="prefix")
+_USAGE: dict[str, str] = {}
+_BUILTIN_ORDER = ("mnist-subset", "fashion-mnist", "idx", "folder", "npz")
+#: An @-suffix meant as a sample count but not a positive integer ("@-3", "@2.5", "@1e3").
+_COUNT_LIKE = re.compile(r"[-+]?[\d.,_]*\d[\d.,_]*(e[-+]?\d+)?", re.IGNORECASE)
+
+
+def register_data_spec(prefix: str, parser: DataSpecParser | None = None, *, usage: str | None = None,
+                       replace: bool = False) -> Any:
+    """Register ``parser(rest) -> dataset`` for specs ``PREFIX[:REST][@N]`` (also a decorator).
+
+    ``rest`` is the text after ``PREFIX:`` (stripped; "" when absent). The parser raises
+    :class:`~orbitscope.errors.SpecError` for a malformed ``rest`` (:func:`parse_data_spec` adds
+    the spec to the message) and returns a map-style dataset of ``(image, label)`` with a
+    ``data_id``; ``@N`` uses its ``subset`` method when it has one. ``usage`` (e.g.
+    ``"cifar10[:train|:test]"``) is listed in the "accepted forms" of error messages.
+    """
+    if not isinstance(prefix, str) or not prefix or prefix != prefix.strip().lower() \
+            or any(c in prefix for c in ":@, \t"):
+        raise SpecError(f"a data spec prefix must be a non-empty lower-case name without ':', '@', ',' or spaces, "
+                        f"got {prefix!r}")
+
+    def add(fn: DataSpecParser) -> DataSpecParser:
+        if not callable(fn):
+            raise TypeError(f"a data spec parser must be callable(rest) -> dataset, got {type(fn).__name__}")
+        DATA_SPECS.register(prefix, fn, replace=replace)
+        _USAGE[prefix] = usage or f"{prefix}[:ARGS]"
+        return fn
+
+    return add if parser is None else add(parser)
+
+
+def _forms() -> str:
+    names = [n for n in _BUILTIN_ORDER if n in DATA_SPECS] + [n for n in DATA_SPECS.names() if n not in _BUILTIN_ORDER]
+    forms = ", ".join(_USAGE.get(n, f"{n}[:ARGS]") for n in names)
+    return f"accepted forms: {forms}, each optionally followed by @N (first N samples)"
+
+
+def _split(rest: str, allowed: tuple[str, ...]) -> str:
+    split = (rest or "test").lower()
+    if split not in allowed:
+        raise SpecError(f"split must be one of {allowed}, got {rest!r}")
+    return split
+
+
+@register_data_spec("mnist-subset", usage="mnist-subset[:train|:test|:all]")
+def _mnist_subset_spec(rest: str) -> ArrayDataset:
+    return mnist_subset(_split(rest, ("train", "test", "all")))
+
+
+@register_data_spec("fashion-mnist", usage="fashion-mnist[:train|:test]")
+def _fashion_mnist_spec(rest: str) -> ArrayDataset:
+    return fashion_mnist(_split(rest, ("train", "test")))
+
+
+@register_data_spec("idx", usage="idx:IMAGES_PATH,LABELS_PATH")
+def _idx_spec(rest: str) -> ArrayDataset:
+    parts = [q.strip() for q in rest.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise SpecError("expected idx:IMAGES_PATH,LABELS_PATH (two IDX files separated by a comma)")
+    paths = [Path(q).expanduser() for q in parts]
+    for role, raw, path in zip(("images", "labels"), parts, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"IDX {role} file not found: {raw} (the form is idx:IMAGES_PATH,LABELS_PATH)")
+    return load_idx_dataset(paths[0], paths[1], f"idx:{rest}")
+
+
+@register_data_spec("folder", usage="folder:PATH")
+def _folder_spec(rest: str) -> ImageFolder:
+    if not rest:
+        raise SpecError("expected folder:PATH (a folder holding PATH/<class_name>/<image>.png)")
+    return ImageFolder(rest)
+
+
+def _load_npz(path: str) -> ArrayDataset:
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, not an .npz file (for a folder of images use folder:PATH)")
+    if not p.is_file():
+        raise FileNotFoundError(f"npz file not found: {path} (npz:PATH reads a file saved with "
+                                "np.savez(PATH, x=images, y=labels))")
+    if not zipfile.is_zipfile(p):
+        with open(p, "rb") as fh:
+            npy = fh.read(6) == b"\x93NUMPY"
+        what = "a single .npy array" if npy else "not a zip archive"
+        raise DataError(f"{path} is not an .npz file ({what}); save images and labels together with "
+                        "np.savez(PATH, x=images, y=labels)")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = {"x", "y"} - set(z.files)
+            if missing:
+                raise DataError(f"{path}: npz needs keys 'x' (images) and 'y' (labels); "
+                                f"missing {sorted(missing)}, found {sorted(z.files)}")
+            x, y = z["x"], z["y"]
+    except DataError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path}: cannot read the arrays 'x' and 'y' ({exc}); save plain numeric arrays with "
+                        "np.savez(PATH, x=images, y=labels) (object arrays would need pickle, which is refused)") from exc
+    return ArrayDataset(x, y, f"npz:{path}")
+
+
+@register_data_spec("npz", usage="npz:PATH (keys x, y)")
+def _npz_spec(rest: str) -> ArrayDataset:
+    if not rest:
+        raise SpecError("expected npz:PATH (a file saved with np.savez(PATH, x=images, y=labels))")
+    return _load_npz(rest)
+
+
+def parse_data_spec(spec: str) -> ArrayDataset | ImageFolder:
+    """Build a dataset from a CLI string ``PREFIX[:ARGS][@N]``.
+
+    Built-in forms: ``mnist-subset[:train|:test|:all]`` and ``fashion-mnist[:train|:test]``
+    (default split "test"), ``idx:IMAGES_PATH,LABELS_PATH``, ``folder:PATH`` and
+    ``npz:PATH`` (arrays ``x`` images, ``y`` labels); more with :func:`register_data_spec`.
+    Prefixes and splits are case-insensitive. An optional ``@N`` suffix (N a positive
+    integer) keeps the first N samples (``data_id`` gets the same suffix); N larger than the
+    dataset is an error.
+
+    Raises:
+        SpecError: unknown prefix, malformed arguments or ``@N`` (lists the accepted forms).
+        FileNotFoundError / IsADirectoryError / NotADirectoryError: a path that is missing or
+            of the wrong kind.
+        DataError: a file whose contents cannot be used (with the fix).
+    """
+    if not isinstance(spec, str):
+        hint = f"; for a file or folder write e.g. 'npz:{os.fspath(spec)}' or 'folder:{os.fspath(spec)}'" \
+            if isinstance(spec, os.PathLike) else ""
+        raise SpecError(f"a data spec is a string such as 'mnist-subset:test@100', got {type(spec).__name__}{hint}")
+    text = spec.strip()
+    if not text:
+        raise SpecError(f"empty data spec; {_forms()}")
+    limit: int | None = None
+    head, at, tail = text.rpartition("@")
+    if at:
+        count = tail.strip()
+        if count.isascii() and count.isdigit():
+            text, limit = head.strip(), int(count)
+            if limit <= 0:
+                raise SpecError(f"{spec!r}: the @N limit must be positive (the number of samples to keep), got @{count}")
+        elif not count or _COUNT_LIKE.fullmatch(count):
+            raise SpecError(f"{spec!r}: the @N suffix must be a positive integer (the number of samples to keep), "
+                            f"got '@{count}'")
+    prefix, sep, rest = text.partition(":")
+    key = prefix.strip().lower()
+    if key not in DATA_SPECS:
+        base = key.split("@")[0]
+        if base in DATA_SPECS:
+            raise SpecError(f"{spec!r}: unexpected {key[len(base):]!r} after {base!r}: only one @N suffix "
+                            f"(N a positive integer) may follow, e.g. '{base}@100'")
+        raise SpecError(f"unknown data spec {spec!r}; {_forms()}")
+    rest = rest.strip()
+    if sep and not rest:
+        raise SpecError(f"data spec {spec!r} has nothing after ':'; {_forms()}")
+    try:
+        ds = DATA_SPECS.get(key)(rest)
+    except SpecError as exc:
+        hint = " (an @N suffix must be a positive integer)" if "@" in rest else ""
+        raise SpecError(f"data spec {spec!r}: {exc}{hint}") from exc
+    if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
+        raise TypeError(f"the parser registered for data spec prefix {key!r} returned {type(ds).__name__}, "
+                        "not a dataset of (image, label)")
+    if limit is not None:
+        data_id = getattr(ds, "data_id", text)
+        if limit > len(ds):
+            raise SpecError(f"{spec!r}: asked for {limit} samples but {data_id} has {len(ds)}; "
+                            f"use @{len(ds)} or fewer")
+        if hasattr(ds, "subset"):
+            ds = ds.subset(slice(0, limit), data_id=f"{data_id}@{limit}")
+        else:
+            sub = torch.utils.data.Subset(ds, range(limit))
+            sub.data_id = f"{data_id}@{limit}"  # type: ignore[attr-defined]
+            ds = sub
+    return ds

@@ -1,0 +1,86 @@
+"""Command-line orbit specs: ``parse_orbit("rotation:0:360:5 x scale:0.8:1.2:0.1")`` for every
+built-in orbit kind (JSON specs, which results store, are read by :func:`~.orbits.orbit_from_spec`)."""
+
+from __future__ import annotations
+
+
+
+from ..errors import SpecError
+from .finite import D4, Flip, TimeReversal, d4_time_reversal
+from .grids import check_size, finite_number, inclusive_range
+from .orbits import Brightness, Contrast, Orbit, Product, Rotation, Rotation90, Scale, Translation
+from .so3 import NeroSO3, Octahedral, SO3Grid
+
+__all__ = ["parse_orbit"]
+
+
+_SPEC_HELP = (
+    "orbit specs: 'rotation:START:STOP:STEP' (degrees, STOP included), 'rotation90', "
+    "'shift:START:STOP:STEP' (pixels, same grid for tx and ty), 'scale:START:STOP:STEP', "
+    "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', "
+    "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
+    "the square), 'time-reversal', 'd4xt' (time-reversal x d4: NERO's 16 PIV elements), "
+    "'so3-nero' or 'so3-nero:AXIS_STEP:ANGLE_STEP' (NERO's axis-angle sample, degrees; default 5:15), "
+    "'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), 'octahedral' (the 24 rotations of the "
+    "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
+)
+
+_RANGE_NAMES = ("rotation", "shift", "translation", "scale", "brightness", "contrast")
+
+
+def parse_orbit(text: str) -> Orbit:
+    """Parse a command-line orbit spec such as ``rotation:0:360:5`` (both ends included).
+
+    See ``_SPEC_HELP`` for the accepted forms. Names are case-insensitive and ``_`` may stand for
+    ``-`` (``time_reversal``, ``so3_nero``).
+
+    Raises:
+        SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
+            ``inf``), or an orbit of more than :data:`MAX_ORBIT_SIZE` elements (with the count).
+    """
+    factors = [f.strip() for f in text.replace("×", " x ").split(" x ") if f.strip()]
+    if not factors:
+        raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
+    orbits = [_parse_single(f) for f in factors]
+    out = orbits[0]
+    for o in orbits[1:]:
+        check_size(out.size * o.size, f"orbit {text!r}")
+        out = Product(out, o)
+    return out
+
+
+def _parse_single(text: str) -> Orbit:
+    # finite.py and so3.py import this module, so they are imported here, when a spec is parsed
+
+    name, *args = (a.strip() for a in text.split(":"))
+    name = name.lower().replace("_", "-")
+    bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
+    if not args:
+        plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
+                 "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
+        if name not in plain:
+            raise bad
+        return plain[name]()
+    if name == "flip" and len(args) == 1:
+        if args[0].lower() not in Flip.AXES:
+            raise SpecError(f"orbit {text!r}: the flip axis must be one of {list(Flip.AXES)}, got {args[0]!r}")
+        return Flip(args[0].lower())
+    if name == "so3-nero" and len(args) == 2:
+        axis_step = finite_number(args[0], f"orbit {text!r}: AXIS_STEP")
+        angle_step = finite_number(args[1], f"orbit {text!r}: ANGLE_STEP")
+        return NeroSO3(axis_step, angle_step)
+    if name == "so3" and len(args) == 1:
+        try:
+            n = int(args[0])
+        except ValueError:
+            raise SpecError(f"orbit {text!r}: N must be a whole number of rotations, got {args[0]!r}") from None
+        return SO3Grid(n)
+    if name not in _RANGE_NAMES or len(args) != 3:
+        raise bad
+    grid = inclusive_range(*args, what=f"orbit {text!r}")
+    if name == "rotation":
+        return Rotation(grid)
+    if name in ("shift", "translation"):
+        check_size(len(grid) ** 2, f"orbit {text!r} (tx x ty)")
+        return Translation(grid)
+    return {"scale": Scale, "brightness": Brightness, "contrast": Contrast}[name](grid)
