@@ -26,7 +26,7 @@ from ..group.elements import Transforms
 from .base import Kind, Layout, register_kind
 from .points import transform_keypoints
 
-__all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes"]
+__all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes", "read_detections"]
 
 
 @dataclass
@@ -36,21 +36,25 @@ class Boxes:
     xyxy: Tensor
     labels: Tensor
     valid: Tensor
+    #: confidence per box (B, N) for predictions; None for targets
+    scores: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.xyxy.shape[0])
 
     def to(self, device: torch.device | str) -> "Boxes":
-        return Boxes(self.xyxy.to(device), self.labels.to(device), self.valid.to(device))
+        return Boxes(self.xyxy.to(device), self.labels.to(device), self.valid.to(device),
+                     None if self.scores is None else self.scores.to(device))
 
     def reshape_rows(self) -> "Boxes":
         """(K, B, N, ...) -> (K·B, N, ...)."""
         k, b = self.xyxy.shape[:2]
         return Boxes(self.xyxy.reshape(k * b, *self.xyxy.shape[2:]), self.labels.reshape(k * b, -1),
-                     self.valid.reshape(k * b, -1))
+                     self.valid.reshape(k * b, -1), None if self.scores is None else self.scores.reshape(k * b, -1))
 
     def __getitem__(self, index: Any) -> "Boxes":
-        return Boxes(self.xyxy[index], self.labels[index], self.valid[index])
+        return Boxes(self.xyxy[index], self.labels[index], self.valid[index],
+                     None if self.scores is None else self.scores[index])
 
     def per_image(self) -> list[tuple[Tensor, Tensor]]:
         """Valid (boxes (n, 4), labels (n,)) of every image."""
@@ -124,6 +128,33 @@ def collate_boxes(items: Sequence[Any]) -> Boxes:
     return Boxes(xyxy, labels, valid)
 
 
+def read_detections(raw: Sequence[Any]) -> Boxes:
+    """torchvision-style detections (a list, one dict per image, with ``boxes`` (n, 4) xyxy,
+    ``scores`` (n,) and ``labels`` (n,)) -> a padded :class:`Boxes` with ``scores``, each image's
+    boxes sorted by decreasing score (padding rows are invalid, score -inf)."""
+    if not isinstance(raw, (list, tuple)) or not all(isinstance(d, dict) for d in raw):
+        raise DataError(f"detections must be a list with one dict per image, got {type(raw).__name__}")
+    rows = []
+    for i, d in enumerate(raw):
+        if "boxes" not in d:
+            raise DataError(f"detection output {i} has no 'boxes' (keys {sorted(d)})")
+        b = torch.as_tensor(d["boxes"], dtype=torch.float32).reshape(-1, 4)
+        sc = torch.as_tensor(d.get("scores", torch.ones(len(b))), dtype=torch.float32).reshape(-1)
+        lab = torch.as_tensor(d.get("labels", torch.zeros(len(b))), dtype=torch.int64).reshape(-1)
+        if not (len(b) == len(sc) == len(lab)):
+            raise DataError(f"detection output {i}: {len(b)} boxes, {len(sc)} scores, {len(lab)} labels")
+        order = torch.argsort(sc, descending=True, stable=True)
+        rows.append((b[order], sc[order], lab[order]))
+    n = max((len(r[0]) for r in rows), default=0)
+    xyxy = torch.zeros(len(rows), n, 4)
+    scores = torch.full((len(rows), n), -torch.inf)
+    labels = torch.full((len(rows), n), -1, dtype=torch.int64)
+    valid = torch.zeros(len(rows), n, dtype=torch.bool)
+    for i, (b, sc, lab) in enumerate(rows):
+        xyxy[i, : len(b)], scores[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, sc, lab, True
+    return Boxes(xyxy, labels, valid, scores)
+
+
 class BoxesKind(Kind):
     """Padded boxes with labels and validity (:class:`Boxes`); context ``image_size`` (H, W) of
     their frame and, for a window over context, ``view_size`` (h, w). Acting clips to the frame
@@ -149,15 +180,17 @@ class BoxesKind(Kind):
         if image_size is None:
             raise ValueError("boxes need image_size=(H, W) of the frame they live in")
         moved = transform_boxes(data.xyxy, t, image_size, layout=layout, view_size=view_size)
+        scores = data.scores
         if layout == "orbit":
             labels = data.labels.unsqueeze(0).expand(len(t), *data.labels.shape)
             valid = data.valid.unsqueeze(0).expand(len(t), *data.valid.shape)
+            scores = None if scores is None else scores.unsqueeze(0).expand(len(t), *scores.shape)
         else:
             labels, valid = data.labels, data.valid
         if clip:
             moved, visible = clip_boxes(moved, view_size or image_size)
             valid = valid & visible
-        return Boxes(moved, labels, valid)
+        return Boxes(moved, labels, valid, scores)
 
     def rows(self, acted: Boxes) -> Boxes:
         return acted.reshape_rows()

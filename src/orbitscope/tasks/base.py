@@ -113,10 +113,16 @@ class Task:
         return get_kind(self.target_kind).collate(list(targets))
 
     def read_outputs(self, raw: Any) -> Any:
-        """The model's return value -> the task's output form (default: a tensor, or the first
-        element of a tuple/list such as ``(logits, features)``)."""
+        """The model's return value -> the task's output form (default: a tensor; the first
+        element of a tuple/list such as ``(logits, features)``; ``logits``/``out``/``scores`` of a
+        dict; torchvision-style detections, a list of dicts with ``boxes``, as padded
+        :class:`~orbitscope.kinds.Boxes` with scores)."""
         if isinstance(raw, Tensor):
             return raw
+        if isinstance(raw, list) and raw and all(isinstance(d, dict) and "boxes" in d for d in raw):
+            from ..kinds.boxes import read_detections  # torchvision-style detections
+
+            return read_detections(raw)
         if isinstance(raw, (tuple, list)) and raw and isinstance(raw[0], Tensor):
             return raw[0]
         if isinstance(raw, dict):
