@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 import orbitscope as osc
 from orbitscope.group import NeroSO3, Octahedral, Translation, d4_time_reversal
-from orbitscope.kinds import Boxes, box_area, get_kind
+from orbitscope.kinds import Boxes, box_area, fuse_boxes, get_kind
 from orbitscope.tasks import Classification, Task, Variable, register_task
 
 
@@ -27,7 +27,8 @@ class TopBoxIoU(Task):
     kind: str = field(default="test-top-box-iou", init=False)
     input_kind = "window"
     target_kind = "boxes"
-    output_kind = ""
+    output_kind = "boxes"
+    supports_consensus = True
 
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         return [Variable("iou", "float32", kind="probability", label="IoU"),
@@ -41,6 +42,14 @@ class TopBoxIoU(Task):
         inter = (hi - lo).clamp_min(0).prod(-1)
         iou = inter / (box_area(outputs) + box_area(gt) - inter)
         return {"iou": torch.where(visible, iou, torch.nan), "visible": visible.to(torch.uint8)}
+
+    def canonicalize(self, outputs: Tensor, g, **context) -> Boxes:
+        as_boxes = Boxes(outputs[:, None], torch.ones(len(outputs), 1, dtype=torch.long),
+                         torch.ones(len(outputs), 1, dtype=torch.bool), torch.ones(len(outputs), 1))
+        return super().canonicalize(as_boxes, g, **context)
+
+    def consensus(self, canonical: Boxes, n_elements: int, n_samples: int, weights) -> Boxes:
+        return fuse_boxes(canonical, n_elements, n_samples, weights)
 
     def spec(self) -> dict:
         return {"kind": self.kind}
@@ -134,6 +143,37 @@ def test_boxes_follow_the_window_shift_and_bias_costs_closed_form_iou():
     np.testing.assert_array_equal(res.target_boxes.values[:, 0], np.stack([t["boxes"][0] for t in targets]))
 
 
+def test_box_consensus_is_self_consistency_not_correctness():
+    """A detector biased by +3 px agrees perfectly with its own consensus (the consensus box is the
+    true box + 3 px in the context frame) while its IoU with the truth is (w - 3) / (w + 3)."""
+    images, targets = _context_objects(4)
+    orbit = Translation([-4, 0, 4])  # the objects stay fully in view
+    res = osc.evaluate(ThresholdBox(bias=3.0), _Items(images, targets), orbit, TopBoxIoU(), view_size=(32, 32),
+                       consensus=True).result
+    np.testing.assert_allclose(res.consensus_iou.values, 1.0, atol=1e-6)
+    w = np.array([t["boxes"][0][2] - t["boxes"][0][0] for t in targets])
+    np.testing.assert_allclose(res.iou.values, ((w - 3) / (w + 3))[:, None, None] * np.ones((1, 3, 3)), atol=1e-6)
+    assert res.meta("consensus_iou").needs_labels is False
+
+
+def test_fuse_boxes_against_a_hand_made_case():
+    # two elements, one sample: element 0 sees objects A (label 1) and B (label 2); element 1 sees A
+    # shifted by 2 px and a far box C of label 1; a third element is a repeat (weight 0)
+    xyxy = torch.tensor([[[0.0, 0, 10, 10], [20, 20, 30, 30]], [[2.0, 0, 12, 10], [50, 50, 52, 52]],
+                         [[100.0, 100, 101, 101], [0, 0, 0, 0]]])
+    rows = Boxes(xyxy, torch.tensor([[1, 2], [1, 1], [1, -1]]), torch.tensor([[True, True], [True, True], [True, False]]),
+                 torch.tensor([[0.9, 0.6], [0.7, 0.2], [1.0, -1.0]]))
+    fused = fuse_boxes(rows, 3, 1, [1.0, 1.0, 0.0])
+    got = {tuple(b.tolist()): (int(lab), float(sc)) for b, lab, sc, ok in
+           zip(fused.xyxy[0], fused.labels[0], fused.scores[0], fused.valid[0]) if ok}
+    # A: IoU(A, A+2) = 80/120 > 0.5 -> averaged corners, score (0.9 + 0.7) / 2
+    assert got[(1.0, 0.0, 11.0, 10.0)] == (1, pytest.approx(0.8))
+    assert got[(20.0, 20.0, 30.0, 30.0)] == (2, pytest.approx(0.3))  # B: only element 0
+    assert got[(50.0, 50.0, 52.0, 52.0)] == (1, pytest.approx(0.1))  # C: only element 1
+    assert len(got) == 3  # the repeated element's box is not counted
+    assert fused.scores[0].tolist() == sorted(fused.scores[0].tolist(), reverse=True)
+
+
 def test_ragged_targets_are_padded_and_invalid_rows_marked():
     images, targets = _context_objects(5)
     targets[3] = {"boxes": np.concatenate([targets[3]["boxes"], [[0, 0, 4, 4], [1, 1, 2, 2]]]).astype(np.float32),
@@ -156,6 +196,7 @@ class FlowError(Task):
     input_kind = "frames"
     target_kind = "flow"
     output_kind = "flow"
+    supports_consensus = True  # the default rule: the mean of the 16 fields mapped back
 
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         return [Variable("epe", "float32", kind="real", lower_is_better=True, label="EPE", unit="px"),
@@ -229,6 +270,10 @@ def test_exact_flow_estimator_is_flat_over_d4_time_reversal_and_bias_flips_with_
     # the pattern really varies: identity (+b, 0), rot180 (−b, 0), time-reversed identity (−b, 0)
     assert biased.du_canonical.values[0, 0, 0] > 0 > biased.du_canonical.values[0, 0, 4]
     assert biased.du_canonical.values[0, 1, 0] < 0
+    # consensus: the bias mapped back cancels over the 16 elements (their vectors sum to zero), so the
+    # consensus is the true flow and every element's error against it is |bias|
+    cons = osc.evaluate(ShiftSearch(bias), (frames, flows), orbit, FlowError(), consensus=True).result
+    np.testing.assert_allclose(cons.consensus_epe.values, bias, atol=1e-5)
 
 
 class TinyFlowNet(nn.Module):
@@ -252,6 +297,11 @@ def test_symmetrized_flow_estimator_is_equivariant_and_raw_one_is_not():
     spread = lambda r: np.ptp(r.epe.values.reshape(len(frames), 16), axis=1)  # noqa: E731
     assert (spread(raw) > 1e-3).all()
     np.testing.assert_allclose(spread(sym), 0.0, atol=2e-6)
+    # an equivariant estimator agrees exactly with its consensus; the raw one does not
+    sym_c = osc.evaluate(sym_model, (frames, flows), orbit, FlowError(), consensus=True).result
+    raw_c = osc.evaluate(TinyFlowNet(), (frames, flows), orbit, FlowError(), consensus=True).result
+    np.testing.assert_allclose(sym_c.consensus_epe.values, 0.0, atol=2e-6)
+    assert (raw_c.consensus_epe.values.mean(axis=(1, 2)) > 1e-3).all()
     # symmetrize == a plain loop over the 16 elements: mean of g⁻¹ f(g x)
     x = torch.as_tensor(frames)
     t = orbit.transforms()

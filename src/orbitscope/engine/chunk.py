@@ -130,7 +130,7 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
             _score_into(out, scores, b, k, k0, k1)
             if ctx.consensus:
                 kept.append((k0, k1, outputs, g))
-                canonical.append(ctx.task.canonicalize(outputs, g))
+                canonical.append(ctx.task.canonicalize(outputs, g, **target_action))
     if ctx.consensus:
         _consensus_into(out, ctx, kept, canonical, y, b, k, target_action)
     arrays = {n: a.reshape(b, *ctx.orbit_shape, *a.shape[2:]) for n, a in out.items()}

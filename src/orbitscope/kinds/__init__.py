@@ -21,7 +21,17 @@ module plus ``register_kind``. Image coordinates of pixel (row i, column j) are 
 """
 
 from .base import KINDS, Kind, Layout, act, as_float_tensor, check_layout, get_kind, list_kinds, orbit_rows, register_kind
-from .boxes import Boxes, BoxesKind, box_area, clip_boxes, collate_boxes, read_detections, transform_boxes
+from .boxes import (
+    Boxes,
+    BoxesKind,
+    box_area,
+    box_iou,
+    clip_boxes,
+    collate_boxes,
+    fuse_boxes,
+    read_detections,
+    transform_boxes,
+)
 from .flow import FlowKind, transform_flow
 from .frames import FramesKind, transform_frames
 from .image import (
@@ -38,7 +48,7 @@ from .points import KeypointsKind, PointsKind, transform_keypoints, transform_po
 
 __all__ = [
     "KINDS", "Kind", "Layout", "act", "as_float_tensor", "check_layout", "get_kind", "list_kinds", "orbit_rows",
-    "register_kind", "Boxes", "BoxesKind", "box_area", "clip_boxes", "collate_boxes", "read_detections", "transform_boxes", "FlowKind",
+    "register_kind", "Boxes", "BoxesKind", "box_area", "clip_boxes", "collate_boxes", "read_detections", "transform_boxes", "box_iou", "fuse_boxes", "FlowKind",
     "transform_flow", "FramesKind", "transform_frames", "ImageKind", "WindowKind", "prepare_images",
     "quantise_images", "rotate_images", "warp_images", "warp_window", "LabelKind", "ScoresKind", "prepare_labels",
     "KeypointsKind", "PointsKind", "transform_keypoints", "transform_points",

@@ -26,7 +26,8 @@ from ..group.elements import Transforms
 from .base import Kind, Layout, register_kind
 from .points import transform_keypoints
 
-__all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes", "read_detections"]
+__all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes", "read_detections",
+           "box_iou", "fuse_boxes"]
 
 
 @dataclass
@@ -126,6 +127,73 @@ def collate_boxes(items: Sequence[Any]) -> Boxes:
     for i, (b, lab) in enumerate(zip(xs, ls)):
         xyxy[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, lab, True
     return Boxes(xyxy, labels, valid)
+
+
+def box_iou(a: Tensor, b: Tensor) -> Tensor:
+    """Pairwise IoU (n, m) of xyxy boxes a (n, 4) and b (m, 4) (areas without +1, see the module docstring)."""
+    lo = torch.maximum(a[:, None, :2], b[None, :, :2])
+    hi = torch.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = (hi - lo).clamp_min(0).prod(-1)
+    union = box_area(a)[:, None] + box_area(b)[None, :] - inter
+    return torch.where(union > 0, inter / union, torch.zeros_like(inter))
+
+
+def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[float] | np.ndarray,
+               iou_threshold: float = 0.5) -> Boxes:
+    """Consensus of detections over an orbit, in the canonical frame (NERO's detection consensus,
+    generalised to several objects): per sample, boxes from all elements are clustered greedily —
+    the highest-scoring unassigned box opens a cluster, and every element adds its best unassigned
+    box of the same label with IoU > ``iou_threshold`` with it — and each cluster becomes one box:
+    the weighted mean of its members' corners (weights: the elements' ``weights``, 0 for repeated
+    elements), labelled with the cluster's label, scored by the summed member weights × scores
+    divided by the total weight (a box found at every element with score s keeps s).
+
+    ``rows`` are element-major (row ``k·n_samples + b``), already mapped back by g⁻¹. Returns a
+    padded :class:`Boxes` (n_samples, M) sorted by fused score."""
+    w = np.asarray(weights, dtype=np.float64)
+    total = float(w.sum())
+    out: list[tuple[Tensor, Tensor, Tensor]] = []
+    for b in range(n_samples):
+        cand = []  # (element, box, label, score)
+        for k in range(n_elements):
+            if w[k] <= 0:
+                continue
+            r = k * n_samples + b
+            sc = rows.scores[r] if rows.scores is not None else torch.ones(rows.xyxy.shape[1])
+            for j in torch.nonzero(rows.valid[r]).flatten().tolist():
+                cand.append((k, rows.xyxy[r, j].double(), int(rows.labels[r, j]), float(sc[j])))
+        cand.sort(key=lambda c: -c[3])
+        used = [False] * len(cand)
+        fused = []
+        for i, (k0, box0, lab0, _) in enumerate(cand):
+            if used[i]:
+                continue
+            members = {k0: i}
+            used[i] = True
+            best: dict[int, tuple[float, int]] = {}
+            for j, (k, box, lab, _) in enumerate(cand):
+                if used[j] or lab != lab0 or k in members:
+                    continue
+                iou = float(box_iou(box0[None], box[None])[0, 0])
+                if iou > iou_threshold and (k not in best or iou > best[k][0]):
+                    best[k] = (iou, j)
+            for k, (_, j) in best.items():
+                members[k] = j
+                used[j] = True
+            mw = torch.tensor([w[k] for k in members], dtype=torch.float64)
+            boxes = torch.stack([cand[j][1] for j in members.values()])
+            scores = torch.tensor([cand[j][3] for j in members.values()], dtype=torch.float64)
+            fused.append(((boxes * mw[:, None]).sum(0) / mw.sum(), lab0, float((mw * scores).sum()) / total))
+        fused.sort(key=lambda f: -f[2])
+        out.append((torch.stack([f[0] for f in fused]).float() if fused else torch.zeros(0, 4),
+                    torch.tensor([f[1] for f in fused], dtype=torch.int64),
+                    torch.tensor([f[2] for f in fused], dtype=torch.float32)))
+    m = max((len(o[0]) for o in out), default=0)
+    xyxy, labels = torch.zeros(n_samples, m, 4), torch.full((n_samples, m), -1, dtype=torch.int64)
+    valid, scores = torch.zeros(n_samples, m, dtype=torch.bool), torch.full((n_samples, m), -torch.inf)
+    for i, (bx, lab, sc) in enumerate(out):
+        xyxy[i, : len(bx)], labels[i, : len(bx)], valid[i, : len(bx)], scores[i, : len(bx)] = bx, lab, True, sc
+    return Boxes(xyxy, labels, valid, scores)
 
 
 def read_detections(raw: Sequence[Any]) -> Boxes:

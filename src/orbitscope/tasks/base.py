@@ -146,16 +146,38 @@ class Task:
         return []
 
     # -- consensus -----------------------------------------------------------------------------
+    #: whether ``evaluate(..., consensus=True)`` is available for this task
     supports_consensus: bool = False
 
-    def canonicalize(self, outputs: Any, g: Transforms) -> Any:
-        """Outputs mapped back by each row's inverse element (``g⁻¹∘f(g·x)``)."""
-        raise NotImplementedError(f"task {self.kind!r} has no consensus (canonicalize is not defined)")
+    def canonicalize(self, outputs: Any, g: Transforms, **context: Any) -> Any:
+        """Outputs mapped back by each row's inverse element (``g⁻¹∘f(g·x)``), through the output
+        kind's action. ``context`` is the targets' action context (``image_size``, and for a
+        window over context ``view_size``: outputs then live in the view and map back to the
+        context frame)."""
+        if not self.output_kind:
+            raise NotImplementedError(f"task {self.kind!r} has no output kind, so no consensus")
+        from ..kinds.base import get_kind
+
+        inverse = dict(context)
+        if context.get("view_size") is not None:  # view -> context frame
+            inverse["image_size"], inverse["view_size"] = context["view_size"], context.get("image_size")
+        return get_kind(self.output_kind).act(outputs, g.inverse(), layout="paired", clip=False, **inverse)
 
     def consensus(self, canonical: Any, n_elements: int, n_samples: int, weights: np.ndarray) -> Any:
         """The canonical-frame pseudo-target per sample from ``canonical`` rows (element-major,
-        ``n_elements × n_samples``), averaging element ``k`` with weight ``weights[k]``."""
-        raise NotImplementedError(f"task {self.kind!r} has no consensus rule")
+        ``n_elements × n_samples``), averaging element ``k`` with weight ``weights[k]`` (0 for
+        repeated elements such as 360° after 0°). Default: the weighted mean of tensor outputs
+        (e.g. flow: the mean field), then :meth:`consensus_target`."""
+        if not isinstance(canonical, Tensor):
+            raise NotImplementedError(f"task {self.kind!r} must define how to average {type(canonical).__name__} "
+                                      "outputs (override consensus)")
+        rows = canonical.double().reshape(n_elements, n_samples, *canonical.shape[1:])
+        w = torch.as_tensor(weights, dtype=torch.float64, device=rows.device).reshape(-1, *[1] * (rows.ndim - 1))
+        return self.consensus_target(((rows * w).sum(0) / w.sum()).to(canonical.dtype))
+
+    def consensus_target(self, mean_output: Any) -> Any:
+        """The averaged output as a target of the target kind (default: as it is)."""
+        return mean_output
 
     def consensus_variables(self) -> list[Variable]:
         """Variables scored against the consensus (label-free): by default every variable that

@@ -160,7 +160,7 @@ class Classification(Task):
                          kind="probability", label="class-mean accuracy")]
 
     # consensus: probabilities are invariant, so g⁻¹ acts as the identity
-    def canonicalize(self, outputs: Tensor, g: Transforms) -> Tensor:
+    def canonicalize(self, outputs: Tensor, g: Transforms, **context: Any) -> Tensor:
         return to_probabilities(outputs, self.output)
 
     def consensus(self, canonical: Tensor, n_elements: int, n_samples: int, weights: np.ndarray) -> Tensor:
