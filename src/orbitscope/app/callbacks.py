@@ -18,6 +18,7 @@ import numpy as np
 from ..viz.interactive import render_plotly
 from ..analysis.nero import NeroData, metric_label, prepare_aggregate, prepare_individual
 from ..analysis.reduce import METHODS
+from ..viz.disk import plane_names
 from ..viz.reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
 from .data import MAX_MODELS, AppData, AppError, Context
 from .state import (
@@ -41,7 +42,7 @@ __all__ = [
     "update_selection",
 ]
 
-N_LIVE = 2  # live-element sliders on the page (orbits with up to two continuous dims)
+N_LIVE = 3  # live-element controls on the page (one per orbit dim; further dims keep the selected value)
 
 
 def message_figure(message: str, height: int = 320) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def update_selection(data: AppData, previous: Any, controls: Selection, event: E
         failed = replace(sel, sample=None, element=None, message=str(exc))
         return SelectionUpdate(failed.to_dict(), *empty, str(exc))
     if event.kind == "element" and isinstance(event.value, dict) and "points" in event.value:
-        event = replace(event, value=element_from_click(event.value, ctx.dims))
+        event = replace(event, value=element_from_click(event.value, ctx.dims, ctx.coords))
     sel = apply_event(sel, event, rankings, ctx.coords, ctx.default_element)
     ranks, maxima, labels = list(empty[0]), list(empty[1]), list(empty[2])
     for i, ranking in enumerate(rankings[:MAX_MODELS]):
@@ -201,7 +202,10 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
         return message_figure(str(exc), 420)
 
     def draw() -> dict[str, Any]:
-        fig = render_plotly(prepare(sel, ctx), height=420)
+        nero = prepare(sel, ctx)
+        fig = render_plotly(nero, height=420)
+        if nero.kind == "disk":
+            _tag_disk_elements(fig, nero)
         if scope == "individual":  # points to click on
             fig.update_traces(selector=lambda t: (t.meta or {}).get("role") == "value" and getattr(t, "mode", None) == "lines",
                               mode="lines+markers", marker={"size": 5})
@@ -210,6 +214,24 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
 
     sample = sel.sample if scope == "individual" else None
     return data.memo((f"fig-{scope}", ctx.key, sample, sel.element), draw)
+
+
+def _tag_disk_elements(fig: Any, nero: NeroData) -> None:
+    """Append each disk cell's flat orbit index to its ``customdata`` (axis angle, rotation angle),
+    so that a click names the element (a click point does not say which plane's disk it hit)."""
+    coords = {d: np.asarray(nero.coords[d], dtype=np.float64) for d in nero.dims}
+    shape = tuple(len(coords[d]) for d in nero.dims)
+    planes = plane_names(nero)
+    for trace in fig.data:
+        meta = trace.meta if isinstance(trace.meta, dict) else {}
+        if meta.get("role") != "value" or meta.get("plane") not in planes or trace.customdata is None:
+            continue
+        cells = np.asarray(trace.customdata, dtype=np.float64).reshape(-1, 2)
+        a = np.abs(coords["axis_angle"][None, :] - cells[:, :1]).argmin(axis=1)
+        r = np.abs(coords["rotation_angle"][None, :] - cells[:, 1:]).argmin(axis=1)
+        p = np.full(len(cells), planes.index(meta["plane"]))
+        flat = np.ravel_multi_index((p, a, r), shape)
+        trace.customdata = np.column_stack([cells, flat]).tolist()
 
 
 def aggregate_figure(data: AppData, selection: Any) -> dict[str, Any]:
@@ -321,10 +343,10 @@ def live_detail(data: AppData, selection: Any, live_values: Sequence[Any]) -> li
     try:
         sel, ctx = _context_of(data, selection)
         if not ctx.view.supports_live(ctx.results):
-            return [html.P("live re-evaluation needs the stored inputs", id="live-title")]
+            return [html.P(ctx.view.live_unavailable(ctx.results), id="live-title")]
         dims = live_dims(ctx.results[0].orbit)
         if not dims:
-            return [html.P("this orbit's elements cannot be re-evaluated in between", id="live-title")]
+            return [html.P("this orbit has no elements to re-evaluate", id="live-title")]
         point = _live_point(dims, live_values, sel.element_dict or {})
         element = single_element_orbit(ctx.results[0].orbit, point)
     except (AppError, ValueError) as exc:
@@ -341,14 +363,16 @@ def live_detail(data: AppData, selection: Any, live_values: Sequence[Any]) -> li
 
 
 def _live_point(dims: Sequence[LiveDim], values: Sequence[Any], fallback: dict[str, float]) -> dict[str, float]:
+    """The live point: control ``j`` gives dim ``j`` (dims past the controls keep the selected
+    element's value), clamped to the range and, for a discrete dim, snapped to a sampled value."""
     point = {}
     for j, d in enumerate(dims):
-        raw = values[j] if j < len(values) else None
+        raw = values[j] if j < len(values) and j < N_LIVE else None
         try:
             value = float(raw) if raw is not None else float(fallback[d.dim])
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, OverflowError):
             value = float(fallback.get(d.dim, d.low))
         if not np.isfinite(value):
             value = d.low
-        point[d.dim] = float(min(max(value, d.low), d.high))
+        point[d.dim] = d.snap(value)
     return point

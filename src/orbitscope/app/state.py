@@ -23,16 +23,25 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..group.orbits import Orbit, orbit_from_spec
+from ..analysis.nero import layout_kind
+from ..group import NERO_MOSAIC
+from ..group.finite import D4
+from ..group.orbits import Orbit, Product, Rotation, orbit_from_spec
+from ..group.so3 import NeroSO3
 
 __all__ = [
     "COLOUR_STATS",
+    "DISCRETE_UNITS",
     "RANK_BY",
     "Event",
     "LiveDim",
+    "OrbitElement",
     "Selection",
     "apply_event",
+    "describe_element",
+    "discrete_dims",
     "element_from_click",
+    "flat_index",
     "live_dims",
     "rank_label",
     "single_element_orbit",
@@ -161,11 +170,16 @@ def snap_element(coords: Mapping[str, np.ndarray], point: Mapping[str, Any]) -> 
     return tuple(out)
 
 
-def element_from_click(click: Any, dims: Sequence[str]) -> dict[str, float] | None:
+def element_from_click(click: Any, dims: Sequence[str],
+                       coords: Mapping[str, np.ndarray] | None = None) -> dict[str, float] | None:
     """Orbit element of a plotly click on a NERO plot, or None if the click carries none.
 
-    Polar plots report ``theta`` (the ``angle`` dim), line plots ``x``, heatmaps ``x`` and ``y``
-    (first and second orbit dim), as :mod:`orbitscope.viz.interactive` draws them.
+    As :mod:`orbitscope.viz.interactive` draws them: polar plots report ``theta`` (the ``angle``
+    dim), line plots ``x``, heatmaps ``x`` and ``y`` (first and second orbit dim). With the
+    orbit's ``coords``: mosaic cells (D4, D4 × time reversal) are read from the cell under ``x``,
+    ``y`` (cell (r, c) spans [c, c + 1] × [r, r + 1]), or from their ``customdata`` (the flat
+    element index); disk cells (NeroSO3) from ``customdata`` = (axis angle, rotation angle, flat
+    element index), the index being added by the web interface.
     """
     try:
         point = click["points"][0]
@@ -173,16 +187,54 @@ def element_from_click(click: Any, dims: Sequence[str]) -> dict[str, float] | No
         return None
     if not isinstance(point, Mapping):
         return None
+    dims = tuple(dims)
     try:
+        kind = layout_kind(dims)
+    except ValueError:
+        kind = None
+    try:
+        if kind in ("mosaic", "disk"):
+            if coords is None:
+                return None
+            flat = _mosaic_element(point, dims) if kind == "mosaic" else _disk_element(point)
+            return None if flat is None else _element_at(coords, dims, flat)
         if len(dims) == 1 and "theta" in point:
             return {dims[0]: float(point["theta"])}
         if len(dims) == 1 and "x" in point:
             return {dims[0]: float(point["x"])}
         if len(dims) == 2 and "x" in point and "y" in point:
             return {dims[0]: float(point["x"]), dims[1]: float(point["y"])}
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return None
+
+
+def _mosaic_element(point: Mapping[str, Any], dims: tuple[str, ...]) -> int | None:
+    grid = np.array([row[1:3] for row in NERO_MOSAIC] if dims == ("d4",) else NERO_MOSAIC, dtype=int)
+    if "x" in point and "y" in point:
+        x, y = float(point["x"]), float(point["y"])
+        if math.isfinite(x) and math.isfinite(y):
+            r, c = int(math.floor(y)), int(math.floor(x))
+            if 0 <= r < grid.shape[0] and 0 <= c < grid.shape[1]:
+                return int(grid[r, c])
+    data = point.get("customdata")
+    if isinstance(data, (int, float)) and not isinstance(data, bool) and float(data).is_integer():
+        return int(data)
+    return None
+
+
+def _disk_element(point: Mapping[str, Any]) -> int | None:
+    data = point.get("customdata")
+    if isinstance(data, (list, tuple)) and len(data) == 3 and float(data[2]).is_integer():
+        return int(data[2])
+    return None
+
+
+def _element_at(coords: Mapping[str, np.ndarray], dims: Sequence[str], flat: int) -> dict[str, float] | None:
+    shape = tuple(len(coords[d]) for d in dims)
+    if not 0 <= flat < int(np.prod(shape)):
+        return None
+    return {d: float(np.asarray(coords[d])[i]) for d, i in zip(dims, np.unravel_index(flat, shape))}
 
 
 def _sample_ids(ranking: Any) -> np.ndarray:
@@ -244,59 +296,191 @@ def _as_int(value: Any, default: int) -> int:
         return default
 
 
-# --------------------------------------------------------------------------- live elements
+# --------------------------------------------------------------------------- orbit elements
+
+#: Units of orbit dims whose coordinates number (or flag) elements: nothing lies between two of
+#: their values (a flip, a D4 element, time reversal, an SO(3) sample's plane, a list of 3-D
+#: rotations), so they are chosen from the sampled values only.
+DISCRETE_UNITS = ("index", "flag")
+#: Most values a discrete live control labels one by one (more: only its ends are labelled).
+MAX_MARKS = 16
+
+
+class OrbitElement(Orbit):
+    """One sampled element of ``orbit``, chosen by its flat (C-order) index: same dims, each with
+    the one chosen coordinate; ``transforms()`` is that element of ``orbit.transforms()``.
+
+    For orbits whose elements cannot be rebuilt at other parameter values (finite groups, lists
+    of rotations, NERO's SO(3) sample). Not registered: its spec names the orbit and the index,
+    for display and hashing only.
+    """
+
+    kind = "element"
+
+    def __init__(self, orbit: Orbit, index: int) -> None:
+        if not 0 <= int(index) < orbit.size:
+            raise ValueError(f"element index {index} is outside the orbit's {orbit.size} elements")
+        self.orbit, self.index = orbit, int(index)
+        self.dims, self.units = tuple(orbit.dims), tuple(orbit.units)
+        position = np.unravel_index(self.index, orbit.shape)
+        self.coords = {d: np.asarray(orbit.coords[d])[[i]] for d, i in zip(orbit.dims, position)}
+        self._transforms = orbit.transforms()[[self.index]]
+
+    def transforms(self) -> Any:
+        return self._transforms
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "orbit": self.orbit.spec(), "index": self.index}
+
+    def __repr__(self) -> str:
+        return f"OrbitElement({self.orbit!r}, {self.index})"
+
+
+def _factors(orbit: Orbit) -> list[Orbit]:
+    """The orbit's factors (itself unless it is a :class:`Product`), in dim order."""
+    if isinstance(orbit, Product):
+        return _factors(orbit.a) + _factors(orbit.b)
+    return [orbit]
+
+
+def _units(orbit: Orbit) -> tuple[str, ...]:
+    units = tuple(orbit.units)
+    return units if len(units) == len(orbit.dims) else tuple("" for _ in orbit.dims)
+
+
+def _rebuildable(orbit: Orbit) -> bool:
+    """Whether the (non-product) orbit can be rebuilt holding any parameter values: its spec
+    is its coordinates (``{"kind", dim: [values]}``, e.g. Rotation, Scale, Translation) and no dim
+    numbers elements."""
+    if any(u in DISCRETE_UNITS for u in _units(orbit)):
+        return False
+    if isinstance(orbit, Rotation):  # also Rotation90: any angle is a rotation
+        return True
+    spec = orbit.spec()
+    return set(spec) == {"kind", *orbit.dims} and all(isinstance(spec[d], list) for d in orbit.dims)
+
+
+def discrete_dims(orbit: Orbit) -> tuple[str, ...]:
+    """Dims of ``orbit`` whose values can only be the sampled ones: dims that number elements
+    (units ``index`` or ``flag``: flip, d4, time_reversed, plane, rotation indices) and every dim
+    of a factor that cannot be rebuilt at other values (e.g. NeroSO3's axis and rotation angles)."""
+    return tuple(d for f in _factors(orbit) if not _rebuildable(f) for d in f.dims)
+
+
+def _value_label(factor: Orbit, dim: str, unit: str, value: float) -> str:
+    """A readable name of one value of one dim (D4 elements by name, flags as words)."""
+    i = int(round(value))
+    whole = math.isclose(value, i)
+    if dim == "d4" and whole and 0 <= i < len(D4.NAMES):
+        return D4.NAMES[i]
+    if dim == "flip" and whole and i in (0, 1):
+        return ("no flip", "top-bottom flip" if getattr(factor, "axis", "x") == "y" else "left-right flip")[i]
+    if dim == "time_reversed" and whole and i in (0, 1):
+        return ("time forward", "time reversed")[i]
+    if dim == "plane" and whole and 0 <= i < len(NeroSO3.PLANES):
+        return f"{NeroSO3.PLANES[i]} plane"
+    return f"{dim} {value:g}{'°' if unit == 'degrees' else ''}"
+
+
+def describe_element(orbit: Orbit, element: Mapping[str, float]) -> str:
+    """The element ``{dim: value}`` in words, e.g. ``"angle 37.5°"`` or ``"time reversed, rot90"``."""
+    parts = []
+    for factor in _factors(orbit):
+        for dim, unit in zip(factor.dims, _units(factor)):
+            if dim in element:
+                parts.append(_value_label(factor, dim, unit, float(element[dim])))
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
 class LiveDim:
-    """A continuous control for one orbit dim: ``[low, high]`` by ``step``."""
+    """The live control of one orbit dim: a continuous range ``[low, high]`` by ``step``, or, when
+    ``values`` is set, a choice among those values only (named by ``labels``; ``step`` is their
+    spacing when uniform, else None: only the marks can be chosen)."""
 
     dim: str
     low: float
     high: float
-    step: float
+    step: float | None
+    values: tuple[float, ...] | None = None
+    labels: tuple[str, ...] | None = None
+
+    @property
+    def discrete(self) -> bool:
+        return self.values is not None
+
+    def snap(self, value: float) -> float:
+        """``value`` clamped to the range, and for a discrete dim the nearest allowed value."""
+        value = float(min(max(float(value), self.low), self.high))
+        if self.values is not None:
+            grid = np.asarray(self.values)
+            value = float(grid[int(np.argmin(np.abs(grid - value)))])
+        return value
+
+    def marks(self) -> dict[float | int, str] | None:
+        """Slider marks: every value of a discrete dim with its label (only the ends when there are
+        more than :data:`MAX_MARKS` of uniform spacing); None for a continuous dim."""
+        if self.values is None:
+            return None
+        labels = self.labels or tuple(f"{v:g}" for v in self.values)
+        n = len(self.values)
+        keep = range(n) if n <= MAX_MARKS or self.step is None else (0, n - 1)
+        many = n > MAX_MARKS
+        return {_mark_key(self.values[i]): ("" if many and i not in (0, n - 1) else labels[i]) for i in keep}
+
+
+def _mark_key(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else float(value)
 
 
 def live_dims(orbit: Orbit) -> list[LiveDim]:
-    """Continuous controls for re-evaluating anywhere in the orbit's range (empty when its
-    elements are indices, e.g. a list of 3-D rotations). Angles step by 1°, other dims by
-    1/100 of their range."""
-    if _has_index_dims(orbit.spec()):
-        return []
+    """One live control per orbit dim, in dim order. Dims of factors that can be rebuilt at any
+    value (angles, scales, shifts …) are continuous: angles step by 1°, other dims by 1/100 of
+    their range. The others (:func:`discrete_dims`) choose among the sampled values."""
     out = []
-    for dim in orbit.dims:
-        grid = np.asarray(orbit.coords[dim], dtype=np.float64)
-        low, high = float(grid.min()), float(grid.max())
-        step = 1.0 if dim == "angle" else (high - low) / 100 if high > low else 1.0
-        out.append(LiveDim(dim, low, high, float(f"{step:.3g}")))
+    for factor in _factors(orbit):
+        free = _rebuildable(factor)
+        for dim, unit in zip(factor.dims, _units(factor)):
+            grid = np.asarray(factor.coords[dim], dtype=np.float64)
+            low, high = float(grid.min()), float(grid.max())
+            if free:
+                step = 1.0 if dim == "angle" else (high - low) / 100 if high > low else 1.0
+                out.append(LiveDim(dim, low, high, float(f"{step:.3g}")))
+                continue
+            values = np.unique(grid)
+            gaps = np.diff(values)
+            uniform = gaps.size == 0 or np.allclose(gaps, gaps[0], rtol=1e-9, atol=1e-12)
+            step = (float(gaps[0]) if gaps.size else 1.0) if uniform else None
+            out.append(LiveDim(dim, low, high, step, tuple(float(v) for v in values),
+                               tuple(_value_label(factor, dim, unit, float(v)) for v in values)))
     return out
 
 
-def _has_index_dims(spec: Mapping[str, Any]) -> bool:
-    if spec.get("kind") == "product":
-        return any(_has_index_dims(f) for f in spec["factors"])
-    return spec.get("kind") == "rotation3d"
+def flat_index(orbit: Orbit, point: Mapping[str, float]) -> int:
+    """Flat (C-order) index of the sampled element nearest to ``point`` (per dim)."""
+    position = tuple(int(np.argmin(np.abs(np.asarray(orbit.coords[d], dtype=np.float64) - float(point[d]))))
+                     for d in orbit.dims)
+    return int(np.ravel_multi_index(position, orbit.shape))
 
 
 def single_element_orbit(orbit: Orbit, point: Mapping[str, float]) -> Orbit:
-    """An orbit of the same kind holding one element at ``point`` (any values, not only the
-    grid's), e.g. ``Rotation([37.5])``; its ``transforms()`` act like the original's.
+    """An orbit holding the one element at ``point``, whose ``transforms()`` act like the
+    original's: for a factor that can be rebuilt at any value, that factor at ``point`` (any value,
+    e.g. ``Rotation([37.5])``); otherwise the sampled element nearest to ``point``
+    (:class:`OrbitElement`, e.g. D4's rot90). Products are built factor by factor.
 
     Raises:
-        ValueError: a dim is missing, or the orbit's elements are indices (3-D rotations).
+        ValueError: a dim is missing or a value is not a finite number.
     """
     missing = set(orbit.dims) - set(point)
     if missing:
         raise ValueError(f"a live element needs values for {sorted(missing)}")
-
-    def one(spec: Mapping[str, Any]) -> dict[str, Any]:
-        kind = spec["kind"]
-        if kind == "product":
-            return {"kind": "product", "factors": [one(f) for f in spec["factors"]]}
-        if kind == "rotation90":
-            return {"kind": "rotation", "angle": [float(point["angle"])]}
-        if kind == "rotation3d":
-            raise ValueError("3-D rotation orbits are lists of rotations: only their sampled elements can be shown")
-        return {"kind": kind, **{d: [float(point[d])] for d in spec if d != "kind"}}
-
-    return orbit_from_spec(one(orbit.spec()))
+    if not all(math.isfinite(float(point[d])) for d in orbit.dims):
+        raise ValueError("a live element needs finite values")
+    if isinstance(orbit, Product):
+        return Product(single_element_orbit(orbit.a, point), single_element_orbit(orbit.b, point))
+    if _rebuildable(orbit):
+        if isinstance(orbit, Rotation):
+            return Rotation([float(point["angle"])])
+        return orbit_from_spec({"kind": orbit.kind, **{d: [float(point[d])] for d in orbit.dims}})
+    return OrbitElement(orbit, flat_index(orbit, point))

@@ -31,7 +31,7 @@ def evaluate(
     data: str = typer.Option(..., "--data", help="mnist-subset[:train|test], fashion-mnist[:train|test], "
                              "idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
     orbit: str = typer.Option(..., "--orbit", help="e.g. rotation:0:360:5, shift:-8:8:2, scale:0.7:1.3:0.02, "
-                              "'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
+                              "flip, d4, d4xt (D4 x time reversal), 'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="safetensors or state-dict file for a factory."),
     home: Optional[Path] = HomeOption,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: model class and orbit kind)."),
@@ -42,6 +42,11 @@ def evaluate(
     interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
     padding: str = typer.Option("zeros", help="zeros, border or reflection."),
     probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
+    consensus: bool = typer.Option(False, "--consensus", help="Also score every element against NERO's consensus "
+                                   "(label-free: self-consistency, not correctness)."),
+    executor: str = typer.Option("local", help="Where chunks run: local, or process (a pool of --workers "
+                                 "processes). Results are identical."),
+    workers: int = typer.Option(2, help="Processes for --executor process."),
     force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
 ) -> None:
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
@@ -62,13 +67,18 @@ def evaluate(
         sys.path.insert(0, os.getcwd())
     net = load_user_model(model, weights)
     store = Store(home)
+    from ..engine.executors import EXECUTORS, get_executor
+
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS.names())}")
+    runner = get_executor(executor, workers=workers) if executor == "process" else get_executor(executor)
     with progress_bar() as bar:
         t0 = time.perf_counter()
         run = run_evaluate(
             net, dataset, orb, Classification(store_probabilities=probabilities), store=store, name=name,
             model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
             batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
-            interpolation=interpolation, padding=padding, resume=not force,
+            interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
             progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
         )
         elapsed = time.perf_counter() - t0

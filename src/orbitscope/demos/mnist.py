@@ -22,7 +22,6 @@ two verdicts.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -40,6 +39,7 @@ from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks import Classification
 from ..training.recipes import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
+from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
 
 __all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo"]
 
@@ -97,7 +97,7 @@ class DemoResult:
 
 
 def _train_one(recipe: TrainRecipe, cache_dir: str) -> str:
-    """Worker: train a recipe into the cache (one torch thread); returns its name."""
+    """Executor job: train a recipe into the cache (one torch thread); returns its name."""
     cached_reference_model(recipe, cache_dir)
     return recipe.name
 
@@ -121,12 +121,9 @@ def _train_missing(recipes: list[TrainRecipe], cache_dir: Path, say: Callable[[s
         return 0.0
     t0 = time.perf_counter()
     say(f"training {len(missing)} model(s), two at a time: {', '.join(r.name for r in missing)}")
-    if len(missing) == 1:
-        _train_one(missing[0], str(cache_dir))
-    else:
-        with ProcessPoolExecutor(max_workers=2) as pool:
-            for name in pool.map(_train_one, missing, [str(cache_dir)] * len(missing)):
-                say(f"trained {name}")
+    runner: Executor = LocalExecutor() if len(missing) == 1 else ProcessExecutor(workers=2, threads=1)
+    for _, name in runner.map(_train_one, missing, str(cache_dir)):
+        say(f"trained {name}")
     return time.perf_counter() - t0
 
 

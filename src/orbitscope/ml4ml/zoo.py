@@ -35,7 +35,6 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..training.recipes import TrainRecipe
+from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
 
 __all__ = [
     "ZOO_TEST_ORBIT",
@@ -315,6 +315,15 @@ class BuildReport:
     seconds: float
 
 
+def _build_job(index: int, context: tuple[Family, str]) -> tuple[dict[str, Any] | None, str | None]:
+    """Executor job: build one member; a failure comes back as its message (reported, not fatal)."""
+    fam, home = context
+    try:
+        return build_member(fam, index, home), None
+    except Exception as exc:  # noqa: BLE001 - reported per member
+        return None, f"{type(exc).__name__}: {exc}"
+
+
 def build_family(
     family: str, n: int, *, store: Any = None, workers: int = 2, start: int = 0,
     progress: Callable[[int, int, str], None] | None = None,
@@ -345,11 +354,11 @@ def build_family(
     if progress is not None:
         progress(done, n, "")
 
-    def finish(index: int, row: dict[str, Any] | None, err: BaseException | None) -> None:
+    def finish(index: int, row: dict[str, Any] | None, err: str | None) -> None:
         nonlocal done
         name = names[index]
         if err is not None:
-            failed[name] = f"{type(err).__name__}: {err}"
+            failed[name] = err
             log.warning("zoo member %s failed: %s", name, err)
         else:
             assert row is not None
@@ -359,16 +368,9 @@ def build_family(
         if progress is not None:
             progress(done, n, name)
 
-    if workers == 1 or len(todo) <= 1:
-        for i in todo:
-            try:
-                finish(i, build_member(fam, i, home), None)
-            except Exception as exc:  # noqa: BLE001 - reported per member
-                finish(i, None, exc)
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(build_member, fam, i, str(home)): i for i in todo}
-            for fut in as_completed(futures):
-                exc = fut.exception()
-                finish(futures[fut], None if exc else fut.result(), exc)
+    # one executor for every job kind (see orbitscope.engine.executors); each member trains alone with
+    # its own seeds, so results do not depend on the executor or the order of completion
+    runner: Executor = LocalExecutor() if workers == 1 or len(todo) <= 1 else ProcessExecutor(workers, threads=1)
+    for i, (row, err) in runner.map(_build_job, todo, (fam, str(home))):
+        finish(i, row, err)
     return BuildReport(fam.name, n, built, skipped, failed, time.perf_counter() - t0)

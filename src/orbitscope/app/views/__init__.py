@@ -109,6 +109,10 @@ class TaskView:
     def supports_live(self, results: Sequence[OrbitResult]) -> bool:
         return False
 
+    def live_unavailable(self, results: Sequence[OrbitResult]) -> str:
+        """Why there is no live re-evaluation (shown when :meth:`supports_live` is False)."""
+        return "live re-evaluation needs the stored inputs"
+
     def live_detail(self, req: DetailRequest) -> list[Any]:
         """Components showing the live re-evaluation at ``req.live_point``."""
         return [html.P(f"no live re-evaluation for {self.kind} tasks yet")]
@@ -136,8 +140,19 @@ def list_views() -> list[str]:
 
 
 def view_for(task_kind: str | None) -> TaskView:
-    """The view for a task kind (the generic view for kinds without one)."""
-    return VIEWS.get(task_kind)() if task_kind in VIEWS else TaskView()
+    """The view for a task kind: its own, else the view of the nearest registered task class it
+    derives from (e.g. a :class:`~orbitscope.tasks.Classification` subclass on point clouds gets
+    the classification view), else the generic view."""
+    if task_kind in VIEWS:
+        return VIEWS.get(task_kind)()
+    from ...tasks.base import TASKS
+
+    if isinstance(task_kind, str) and task_kind in TASKS:
+        for base in TASKS.get(task_kind).__mro__[1:]:
+            kind = getattr(base, "kind", None)
+            if isinstance(kind, str) and kind in VIEWS:
+                return VIEWS.get(kind)()
+    return TaskView()
 
 
 from . import classification  # noqa: E402,F401  (registers the built-in view; needs the names above)

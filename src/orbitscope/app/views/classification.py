@@ -4,7 +4,12 @@ Detail panel (NERO's MNIST detail view): the stored input transformed by the sel
 element (re-warped from the stored uint8 ``input`` with the run's interpolation and padding), the
 class-probability bars of every compared model at that element (from the stored
 ``probabilities``), and a live panel that re-runs each loadable model on the input transformed by
-any element in the orbit's range (e.g. 37.5°, between grid angles).
+any element in the orbit's range (e.g. 37.5°, between grid angles) or any sampled element of a
+discrete orbit (a D4 element, a flip, time reversal).
+
+Tasks derived from :class:`~orbitscope.tasks.Classification` with other inputs (e.g. point
+clouds, ``input_kind = "points"``) get the same metrics, subsets and class bars, but no image:
+the detail view says so, and there is no live re-evaluation.
 
 Label-free mode: metrics that need labels (``correct``, ``confidence``) are hidden, class subsets
 are taken from the **first compared model's consensus class** (so every model is averaged over
@@ -33,9 +38,11 @@ from ...analysis.reduce import reducible_variables
 from ...results.result import OrbitResult
 from ...engine.model_call import ModelCall
 from ...tasks import Classification
+from ...tasks.base import TASKS
+from ..state import describe_element
 from . import DetailRequest, TaskView, register_view
 
-__all__ = ["ClassificationView", "transformed_input", "png_data_uri"]
+__all__ = ["ClassificationView", "input_kind", "transformed_input", "png_data_uri"]
 
 #: order of the metric menu (the task's own variables first, then the consensus metrics)
 _ORDER = tuple(v.name for v in Classification().variables()) + tuple(Classification().consensus_metric_names())
@@ -74,8 +81,25 @@ def _flat_index(result: OrbitResult, element: dict[str, float] | Any) -> int:
     return int(np.ravel_multi_index(idx, tuple(result.data.sizes[d] for d in dims)))
 
 
-def _where(element: dict[str, float] | Any) -> str:
-    return ", ".join(f"{d} {v:g}{'°' if d == 'angle' else ''}" for d, v in element.items())
+def _where(element: dict[str, float] | Any, orbit: Orbit) -> str:
+    return describe_element(orbit, element)
+
+
+def _task(result: OrbitResult) -> Classification:
+    """The run's task (its registered class, so that subclasses keep their input kind)."""
+    spec = json.loads(result.attrs.get("task", "{}") or "{}")
+    cls = TASKS.get(spec["kind"]) if spec.get("kind") in TASKS else Classification
+    if not (isinstance(cls, type) and issubclass(cls, Classification)):
+        cls = Classification
+    return cls.from_spec(spec)
+
+
+def input_kind(result: OrbitResult) -> str:
+    """The kind of the run's inputs (``"image"`` for plain classification)."""
+    try:
+        return str(_task(result).input_kind)
+    except (ValueError, TypeError, KeyError):
+        return "unknown"
 
 
 def _bars(classes: Sequence[Any], probs: Sequence[np.ndarray | None], names: Sequence[str], colours: Sequence[str],
@@ -165,6 +189,9 @@ class ClassificationView(TaskView):
         return (int(res.data[source].sel(sample=req.sample)), why) if source in res.data else None
 
     def _image(self, res: OrbitResult, sample: int, element: Orbit | int, id_: str) -> Any:
+        kind = input_kind(res)
+        if kind != "image":
+            return html.P(f"no image view for this input kind ({kind})", id=id_, className="note")
         try:
             return html.Img(id=id_, src=png_data_uri(transformed_input(res, sample, element)), style=_IMAGE_STYLE)
         except ValueError as exc:
@@ -172,7 +199,7 @@ class ClassificationView(TaskView):
 
     def stored_detail(self, req: DetailRequest, metric: str | None) -> list[Any]:
         res = req.results[0]
-        where = _where(req.element)
+        where = _where(req.element, res.orbit)
         flat = _flat_index(res, req.element)
         parts: list[Any] = [html.H4(f"{self._heading(req, res)} · {where}", id="detail-title")]
         image = self._image(res, req.sample, flat, "detail-image")
@@ -197,15 +224,20 @@ class ClassificationView(TaskView):
         return parts
 
     def supports_live(self, results: Sequence[OrbitResult]) -> bool:
-        return bool(results) and all("input" in r.data for r in results)
+        return bool(results) and all("input" in r.data and input_kind(r) == "image" for r in results)
+
+    def live_unavailable(self, results: Sequence[OrbitResult]) -> str:
+        kinds = sorted({input_kind(r) for r in results} - {"image"})
+        if kinds:
+            return f"no image view for this input kind ({', '.join(kinds)}): no live re-evaluation"
+        return "live re-evaluation needs the stored inputs (evaluate with store_inputs=True)"
 
     def evaluate_live(self, model: nn.Module, result: OrbitResult, sample: int, element: Orbit) -> np.ndarray:
         """Class probabilities (classes,) of ``model`` on the sample transformed by ``element``,
         with the run's normalisation and output reading (logits or probabilities)."""
         x = torch.from_numpy(transformed_input(result, sample, element))[None]
         norm = result.attrs.get("normalize")
-        spec = json.loads(result.attrs.get("task", "{}"))
-        task = dataclasses.replace(Classification.from_spec(spec), store_probabilities=True)
+        task = dataclasses.replace(_task(result), store_probabilities=True)
         call = ModelCall(model, read=task.read_outputs, normalize=json.loads(norm) if norm else None,
                          what="the transformed input")
         with call.evaluating():
@@ -217,7 +249,7 @@ class ClassificationView(TaskView):
     def live_detail(self, req: DetailRequest) -> list[Any]:
         res = req.results[0]
         point = dict(req.live_point or {})
-        parts: list[Any] = [html.H4(f"live re-evaluation · {_where(point)}", id="live-title")]
+        parts: list[Any] = [html.H4(f"live re-evaluation · {_where(point, res.orbit)}", id="live-title")]
         if req.live_transform is None:
             return parts + [html.P("choose an element with the live slider")]
         image = self._image(res, req.sample, req.live_transform, "live-image")
@@ -229,7 +261,7 @@ class ClassificationView(TaskView):
             n = next(len(o) for o in outputs if o is not None)
             classes = res.data["class"].values if "class" in res.data.coords else np.arange(n)
             fig = _bars(classes, outputs, req.names, req.colours, self._marked_class(req, res),
-                        f"live class probabilities at {_where(point)}")
+                        f"live class probabilities at {_where(point, res.orbit)}")
             body.insert(0, dcc.Graph(id="live-bars", figure=fig, config={"displayModeBar": False}))
         parts.append(html.Div([image, html.Div(body, style={"flex": "1"})],
                               style={"display": "flex", "gap": "12px", "alignItems": "center"}))
