@@ -1,0 +1,98 @@
+"""Data kinds: gradients flow through the actions (gradcheck), and the action laws hold on every
+device (CPU always, CUDA when present) and in float32 and float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from orbitscope.group import D4, Octahedral, Rotation, SO3Grid, Transforms, Translation, d4_time_reversal
+from orbitscope.kinds import Boxes, get_kind, transform_flow, transform_points, warp_images, warp_window
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DTYPES = [torch.float32, torch.float64]
+
+
+def _pairs(t: Transforms):
+    """All (g, h) index pairs of a small group."""
+    n = len(t)
+    return [(i, j) for i in range(n) for j in range(n)]
+
+
+def test_gradcheck_image_window_flow_and_point_actions():
+    gen = torch.Generator().manual_seed(0)
+    rot = Rotation([30.0]).transforms()
+    x = torch.rand(2, 1, 6, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    # no clipping inside the check: clip has a kink at 0 and 1
+    assert torch.autograd.gradcheck(lambda v: warp_images(v, rot, clip=False), (x,))
+    ctx = torch.rand(1, 1, 10, 10, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: warp_window(v, rot, (6, 6), clip=False), (ctx,))
+    f = torch.randn(2, 2, 6, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: transform_flow(v, rot), (f,))
+    p = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: transform_points(v, SO3Grid(3).transforms()), (p,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_images_flow_and_frames_obey_the_group_law_exactly_under_d4_time_reversal(device, dtype):
+    """act(g, act(h, x)) == act(g ∘ h, x), bit for bit: D4 permutes pixels of square images."""
+    gen = torch.Generator().manual_seed(1)
+    t = d4_time_reversal().transforms()
+    img = torch.rand(2, 1, 8, 8, generator=gen).to(device=device, dtype=dtype)
+    flow = torch.randn(2, 2, 8, 8, generator=gen).to(device=device, dtype=dtype)
+    frames = torch.rand(2, 2, 1, 8, 8, generator=gen).to(device=device, dtype=dtype)
+    for i, j in _pairs(t):
+        g, h, gh = t[[i] * 2], t[[j] * 2], t[[i] * 2].compose(t[[j] * 2])
+        for kind, x in (("image", img), ("flow", flow), ("frames", frames)):
+            k = get_kind(kind)
+            twice = k.act(k.act(x, h, layout="paired"), g, layout="paired")
+            assert torch.equal(twice, k.act(x, gh, layout="paired")), (kind, i, j)
+            assert twice.dtype == dtype and twice.device.type == device
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_points_and_boxes_obey_the_group_law(device, dtype):
+    gen = torch.Generator().manual_seed(2)
+    t = Octahedral().transforms()
+    pts = torch.randn(1, 7, 3, generator=gen).to(device=device, dtype=dtype)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    for i, j in _pairs(t)[::7]:
+        g, h, gh = t[[i]], t[[j]], t[[i]].compose(t[[j]])
+        twice = transform_points(transform_points(pts, h, layout="paired"), g, layout="paired")
+        torch.testing.assert_close(twice, transform_points(pts, gh, layout="paired"), atol=tol, rtol=0)
+    # boxes under integer shifts: the corners move exactly, clipping happens in the frame
+    boxes = Boxes(torch.tensor([[[2.0, 3.0, 6.0, 7.0]]], dtype=dtype, device=device),
+                  torch.tensor([[1]], device=device), torch.tensor([[True]], device=device))
+    sh = Translation([3], [-2]).transforms()
+    moved = get_kind("boxes").act(boxes, sh, image_size=(8, 8))
+    assert moved.xyxy.tolist() == [[[[5.0, 1.0, 8.0, 5.0]]]]  # x1 = 9 clipped to the 8-pixel frame
+    assert moved.valid.tolist() == [[[True]]] and moved.xyxy.dtype == dtype
+    gone = get_kind("boxes").act(boxes, Translation([20], [0]).transforms(), image_size=(8, 8))
+    assert gone.valid.tolist() == [[[False]]]  # moved out of view: no longer a target
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_window_equals_warp_then_centre_crop(device):
+    gen = torch.Generator().manual_seed(3)
+    ctx = torch.rand(3, 2, 20, 20, generator=gen).to(device)
+    t = Rotation([0.0, 17.0, 90.0]).transforms().compose(Translation([2], [-1]).transforms()[[0, 0, 0]])
+    full = warp_images(ctx, t)
+    view = warp_window(ctx, t, (10, 10))
+    torch.testing.assert_close(view, full[..., 5:15, 5:15], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="even"):
+        warp_window(ctx, t, (9, 10))
+
+
+def test_d4_on_images_is_torch_rot90_and_flip():
+    x = torch.arange(16.0).reshape(1, 1, 4, 4) / 16
+    t = D4().transforms()
+    out = warp_images(x, t)[:, 0, 0]
+    ref = {0: x, 2: torch.rot90(x, 1, (-2, -1)), 4: torch.rot90(x, 2, (-2, -1)), 6: torch.rot90(x, 3, (-2, -1)),
+           3: torch.flip(x, (-1,)), 7: torch.flip(x, (-2,)), 5: x.transpose(-1, -2),
+           1: torch.rot90(x, 2, (-2, -1)).transpose(-1, -2)}
+    for k, r in ref.items():
+        assert torch.equal(out[k], r[0, 0]), D4.NAMES[k]
+    assert np.allclose(t.linear[2], [[0, 1], [-1, 0]])  # rot90 counter-clockwise as displayed (y down)
