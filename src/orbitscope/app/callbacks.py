@@ -206,6 +206,8 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
         fig = render_plotly(nero, height=420)
         if nero.kind == "disk":
             _tag_disk_elements(fig, nero)
+        if nero.kind == "line":
+            _name_discrete_ticks(fig, ctx)
         if scope == "individual":  # points to click on
             fig.update_traces(selector=lambda t: (t.meta or {}).get("role") == "value" and getattr(t, "mode", None) == "lines",
                               mode="lines+markers", marker={"size": 5})
@@ -214,6 +216,15 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
 
     sample = sel.sample if scope == "individual" else None
     return data.memo((f"fig-{scope}", ctx.key, sample, sel.element), draw)
+
+
+def _name_discrete_ticks(fig: Any, ctx: Context) -> None:
+    """Name the sampled values on the x axis of a line plot over a discrete dim (e.g. a flip:
+    "no flip", "left-right flip"), instead of numbering a continuous axis."""
+    (dim,) = ctx.dims
+    control = next((d for d in live_dims(ctx.results[0].orbit) if d.dim == dim), None)
+    if control is not None and control.discrete and len(control.values or ()) <= 16:
+        fig.update_xaxes(tickmode="array", tickvals=list(control.values or ()), ticktext=list(control.labels or ()))
 
 
 def _tag_disk_elements(fig: Any, nero: NeroData) -> None:

@@ -83,17 +83,18 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
         Output(MODELS, "options"), Output(MODELS, "value"), Output(SUBSET, "options"), Output(SUBSET, "value"),
         Output({"type": "live-row", "index": ALL}, "style"), Output({"type": "live-label", "index": ALL}, "children"),
         Output({"type": "live", "index": ALL}, "min"), Output({"type": "live", "index": ALL}, "max"),
-        Output({"type": "live", "index": ALL}, "step"),
+        Output({"type": "live", "index": ALL}, "step"), Output({"type": "live", "index": ALL}, "marks"),
         Input(GROUP, "value"),
     )
-    @_guarded(lambda msg: (no_update,) * 9)
+    @_guarded(lambda msg: (no_update,) * 10)
     def on_group(group: Any) -> tuple[Any, ...]:
         c = cb.group_controls(data, group)
         live = c.live[: cb.N_LIVE] + [None] * (cb.N_LIVE - len(c.live[: cb.N_LIVE]))
         return (c.model_options, c.models, c.subset_options, "all",
-                [_SHOWN if d else _HIDDEN for d in live], [f"live {d.dim}" if d else "" for d in live],
+                [_SHOWN if d else _HIDDEN for d in live],
+                [(f"live {d.dim} (sampled elements)" if d.discrete else f"live {d.dim}") if d else "" for d in live],
                 [d.low if d else 0 for d in live], [d.high if d else 1 for d in live],
-                [d.step if d else 1 for d in live])
+                [d.step if d else 1 for d in live], [d.marks() if d else None for d in live])
 
     @app.callback(Output(METRIC, "options"), Output(METRIC, "value"),
                   Input(MODELS, "value"), Input(LABEL_FREE, "value"), State(GROUP, "value"), State(METRIC, "value"))

@@ -34,8 +34,8 @@ __all__ = ["Flip", "D4", "TimeReversal", "d4_time_reversal", "NERO_MOSAIC"]
 NERO_MOSAIC: tuple[tuple[int, ...], ...] = ((10, 2, 1, 9), (11, 3, 0, 8), (12, 4, 7, 15), (13, 5, 6, 14))
 
 
-class _FiniteOrbit(Orbit):
-    """An orbit whose one dim indexes a fixed list of elements; its spec holds no coordinates."""
+class FiniteOrbit(Orbit):
+    """An orbit whose elements are a fixed list (a finite group): its spec is just its kind."""
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind}
@@ -49,7 +49,7 @@ class _FiniteOrbit(Orbit):
 
 
 @register_orbit
-class Flip(_FiniteOrbit):
+class Flip(FiniteOrbit):
     """A mirror and the identity (the group Z2); dim ``flip``: 0 identity, 1 the mirror.
 
     Args:
@@ -101,7 +101,7 @@ _D4_MATRICES = np.array(
 
 
 @register_orbit
-class D4(_FiniteOrbit):
+class D4(FiniteOrbit):
     """The dihedral group of the square (8 exact elements); dim ``d4`` with coords 0..7.
 
     Order (NERO's, arXiv 2305.19889): 0 identity, 1 anti-diagonal flip ``(x, y) -> (-y, -x)``,
@@ -139,7 +139,7 @@ class D4(_FiniteOrbit):
 
 
 @register_orbit
-class TimeReversal(_FiniteOrbit):
+class TimeReversal(FiniteOrbit):
     """Forward and reversed time; dim ``time_reversed``: 0 forward (identity), 1 reversed.
 
     Element 1 has identity geometry and ``time_reversed=True``: frame pairs are swapped and

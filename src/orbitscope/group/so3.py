@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import SpecError
 from .elements import Transforms, quaternion_to_matrix, rotation_matrix
 from .grids import check_size, finite_number, inclusive_range
+from .finite import FiniteOrbit
 from .orbits import Orbit, Rotation3D, register_orbit
 
 __all__ = ["NeroSO3", "SO3Grid", "Octahedral", "super_fibonacci"]
@@ -181,12 +182,6 @@ class Octahedral(Rotation3D):
         super().__init__(_octahedral_quaternions())
         self.matrices = np.rint(self.matrices)  # exact: every entry is -1, 0 or 1
 
-    def spec(self) -> dict[str, Any]:
-        return {"kind": self.kind}
-
-    @classmethod
-    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
-        return cls()
-
-    def __repr__(self) -> str:
-        return "Octahedral()"
+    spec = FiniteOrbit.spec
+    from_spec = classmethod(FiniteOrbit.from_spec.__func__)  # type: ignore[attr-defined]
+    __repr__ = FiniteOrbit.__repr__

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..analysis.nero import NeroData
 
-__all__ = ["ColourScale", "colour_scale", "lower_is_better"]
+__all__ = ["ColourScale", "colour_scale", "lower_is_better", "cell_edges"]
 
 #: Upper percentile of the colour range of lower-is-better metrics (NERO: 80).
 ERROR_PERCENTILE = 80.0
@@ -63,3 +63,13 @@ def colour_scale(data: NeroData) -> ColourScale:
     if hi <= lo:
         hi = lo + 1.0
     return ColourScale("viridis_r" if reverse else "viridis", reverse, lo, hi)
+
+
+def cell_edges(centres: np.ndarray) -> np.ndarray:
+    """Edges of the cells around sample points ``centres`` (n,) -> (n + 1,): midpoints between
+    neighbours, and half a step beyond the ends (a single point gets a unit cell)."""
+    c = np.asarray(centres, dtype=float)
+    if len(c) == 1:
+        return np.array([c[0] - 0.5, c[0] + 0.5])
+    mid = (c[1:] + c[:-1]) / 2
+    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])

@@ -27,7 +27,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from ..analysis.nero import SO3_PLANES, NeroData
-from .colour_scale import colour_scale
+from .colour_scale import cell_edges, colour_scale
 
 __all__ = ["DiskGrid", "disk_grid", "plane_names", "render_disk", "render_disk_plotly"]
 
@@ -48,14 +48,6 @@ class DiskGrid:
     radius_edges: np.ndarray
 
 
-def _edges(centres: np.ndarray) -> np.ndarray:
-    c = np.asarray(centres, dtype=float)
-    if len(c) == 1:
-        return np.array([c[0] - 0.5, c[0] + 0.5])
-    mid = (c[1:] + c[:-1]) / 2
-    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
-
-
 def disk_grid(data: NeroData) -> DiskGrid:
     """The polar cells of ``data``'s disks (see the module docstring)."""
     if tuple(data.dims) != _DIMS:
@@ -71,8 +63,8 @@ def disk_grid(data: NeroData) -> DiskGrid:
     elif len(phi) == 1:
         theta_edges = phi[0] + np.array([-180.0, 180.0])
     else:
-        theta_edges = _edges(phi)
-    radius_edges = np.clip(_edges(psi), 0.0, _MAX_ROTATION)
+        theta_edges = cell_edges(phi)
+    radius_edges = np.clip(cell_edges(psi), 0.0, _MAX_ROTATION)
     return DiskGrid(keep, phi[keep], theta_edges, psi, radius_edges)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
+from .colour_scale import cell_edges
 from ..analysis.nero import MODEL_COLOURS, NeroData, prepare_aggregate, prepare_individual
 from ..results.result import OrbitResult
 from .disk import render_disk
@@ -124,7 +125,7 @@ def _heatmaps(data: NeroData) -> Figure:
     image = None
     idx = data.marker_index()
     for ax, s in zip(axes, data.series):
-        image = ax.pcolormesh(_edges(data.coords[xd]), _edges(data.coords[yd]), np.asarray(s.values).T,
+        image = ax.pcolormesh(cell_edges(data.coords[xd]), cell_edges(data.coords[yd]), np.asarray(s.values).T,
                               cmap="viridis", vmin=vmin, vmax=vmax)
         if idx is not None:
             ax.plot([data.coords[xd][idx[0]]], [data.coords[yd][idx[1]]], marker="x", color="red", ms=10, mew=2)
@@ -135,14 +136,6 @@ def _heatmaps(data: NeroData) -> Figure:
             ax.invert_yaxis()
     fig.colorbar(image, ax=list(axes), label=data.metric_label)
     return fig
-
-
-def _edges(centres: np.ndarray) -> np.ndarray:
-    c = np.asarray(centres, dtype=float)
-    if len(c) == 1:
-        return np.array([c[0] - 0.5, c[0] + 0.5])
-    mid = (c[1:] + c[:-1]) / 2
-    return np.concatenate([[c[0] - (mid[0] - c[0])], mid, [c[-1] + (c[-1] - mid[-1])]])
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 150) -> Path:

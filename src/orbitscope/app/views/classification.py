@@ -87,7 +87,8 @@ def _where(element: dict[str, float] | Any, orbit: Orbit) -> str:
 
 def _task(result: OrbitResult) -> Classification:
     """The run's task (its registered class, so that subclasses keep their input kind)."""
-    spec = json.loads(result.attrs.get("task", "{}") or "{}")
+    raw = result.attrs.get("task", "{}") or "{}"
+    spec = raw if isinstance(raw, dict) else json.loads(raw)
     cls = TASKS.get(spec["kind"]) if spec.get("kind") in TASKS else Classification
     if not (isinstance(cls, type) and issubclass(cls, Classification)):
         cls = Classification
