@@ -79,9 +79,12 @@ def _scatter_slot(i: int) -> html.Div:
 
 
 def _live_slot(j: int) -> html.Div:
+    """One live control: a continuous slider, or (marks set, no typed input) a choice among the
+    sampled elements of a discrete dim; filled per run group by the server."""
     return html.Div(id=slot_id("live-row", j), style={"display": "none"}, children=[
         html.Span(id=slot_id("live-label", j), style={"fontSize": "12px", "color": "#555"}),
-        dcc.Slider(id=slot_id("live", j), min=0, max=1, step=1, value=0, marks=None, updatemode="drag"),
+        html.Div(dcc.Slider(id=slot_id("live", j), min=0, max=1, step=1, value=0, marks=None, updatemode="drag"),
+                 style={"padding": "0 28px 0 18px"}),  # room for the end marks' labels
     ])
 
 

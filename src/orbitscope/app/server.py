@@ -84,9 +84,10 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
         Output({"type": "live-row", "index": ALL}, "style"), Output({"type": "live-label", "index": ALL}, "children"),
         Output({"type": "live", "index": ALL}, "min"), Output({"type": "live", "index": ALL}, "max"),
         Output({"type": "live", "index": ALL}, "step"), Output({"type": "live", "index": ALL}, "marks"),
+        Output({"type": "live", "index": ALL}, "allow_direct_input"),
         Input(GROUP, "value"),
     )
-    @_guarded(lambda msg: (no_update,) * 10)
+    @_guarded(lambda msg: (no_update,) * 11)
     def on_group(group: Any) -> tuple[Any, ...]:
         c = cb.group_controls(data, group)
         live = c.live[: cb.N_LIVE] + [None] * (cb.N_LIVE - len(c.live[: cb.N_LIVE]))
@@ -94,7 +95,8 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
                 [_SHOWN if d else _HIDDEN for d in live],
                 [(f"live {d.dim} (sampled elements)" if d.discrete else f"live {d.dim}") if d else "" for d in live],
                 [d.low if d else 0 for d in live], [d.high if d else 1 for d in live],
-                [d.step if d else 1 for d in live], [d.marks() if d else None for d in live])
+                [d.step if d else 1 for d in live], [d.marks() if d else None for d in live],
+                [not d.discrete if d else True for d in live])  # a discrete dim: choose a mark, type nothing
 
     @app.callback(Output(METRIC, "options"), Output(METRIC, "value"),
                   Input(MODELS, "value"), Input(LABEL_FREE, "value"), State(GROUP, "value"), State(METRIC, "value"))

@@ -27,7 +27,7 @@ from ..group.elements import Transforms, rotation_matrix
 from .base import Kind, Layout, check_layout, register_kind
 
 __all__ = ["Interpolation", "Padding", "warp_images", "warp_window", "rotate_images", "prepare_images",
-           "quantise_images", "ImageKind", "WindowKind"]
+           "quantise_images", "check_image_tensor", "ImageKind", "WindowKind"]
 
 Interpolation = Literal["bilinear", "nearest", "bicubic"]
 Padding = Literal["zeros", "border", "reflection"]
@@ -122,13 +122,20 @@ def _photometric(x: Tensor, t: Transforms, layout: Layout, clip: bool) -> Tensor
     return x.clamp(0.0, 1.0) if clip else x
 
 
-def _check_image_args(images: Any, interpolation: str, padding: str) -> None:
+def check_image_tensor(images: Any, what: str = "images") -> None:
+    """The one check of an image batch handed to an action or sampler: a floating-point tensor
+    (B, C, H, W). TypeError for a non-tensor or non-float dtype, DataError (a ValueError) for the
+    shape; values in [0, 1] are :func:`prepare_images`' business."""
     if not isinstance(images, Tensor):
-        raise TypeError(f"images must be a torch.Tensor (B, C, H, W), got {type(images).__name__}")
+        raise TypeError(f"{what} must be a torch.Tensor (B, C, H, W), got {type(images).__name__}")
     if images.ndim != 4:
-        raise ValueError(f"images must have shape (B, C, H, W), got {tuple(images.shape)}")
+        raise DataError(f"{what} must have shape (B, C, H, W), got {tuple(images.shape)}")
     if not images.is_floating_point():
-        raise TypeError(f"images must be floating point in [0, 1], got dtype {images.dtype}")
+        raise TypeError(f"{what} must be floating point with values in [0, 1], got dtype {images.dtype}")
+
+
+def _check_image_args(images: Any, interpolation: str, padding: str) -> None:
+    check_image_tensor(images)
     if interpolation not in _INTERP:
         raise ValueError(f"interpolation must be one of {_INTERP}, got {interpolation!r}")
     if padding not in _PADDING:

@@ -10,18 +10,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ..errors import DataError, SpecError
+from ..errors import SpecError
+from ..kinds.image import check_image_tensor
 
 __all__ = ["PerturbationSampler", "format_number", "number_range", "positive_number"]
-
-
-def _check_images(x: Tensor) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"x must be a torch.Tensor (B, C, H, W), got {type(x).__name__}")
-    if x.ndim != 4:
-        raise DataError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be floating point with values in [0, 1], got dtype {x.dtype}")
 
 
 def _check_generator(generator: torch.Generator | None, x: Tensor) -> None:
@@ -96,7 +88,7 @@ class PerturbationSampler(ABC):
         return hash(str(self))
 
     def _prepare(self, x: Tensor, generator: torch.Generator | None) -> None:
-        _check_images(x)
+        check_image_tensor(x, "x")
         _check_generator(generator, x)
 
 
