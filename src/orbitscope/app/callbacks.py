@@ -203,15 +203,17 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
 
     def draw() -> dict[str, Any]:
         nero = prepare(sel, ctx)
-        fig = render_plotly(nero, height=420)
-        if nero.kind == "disk":
+        disk = nero.kind == "disk"  # one row of three disks per model: taller, room for the plane titles
+        fig = render_plotly(nero, height=max(420, 180 * len(nero.series) + 140) if disk else 420)
+        if disk:
             _tag_disk_elements(fig, nero)
+            fig.update_annotations(font_size=10)  # "<model>: <plane> plane" titles side by side in a narrow card
         if nero.kind == "line":
             _name_discrete_ticks(fig, ctx)
         if scope == "individual":  # points to click on
             fig.update_traces(selector=lambda t: (t.meta or {}).get("role") == "value" and getattr(t, "mode", None) == "lines",
                               mode="lines+markers", marker={"size": 5})
-        fig.update_layout(uirevision=str(ctx.key), margin=dict(l=30, r=30, t=60, b=30))
+        fig.update_layout(uirevision=str(ctx.key), margin=dict(l=30, r=30, t=100 if disk else 60, b=30))
         return fig.to_dict()
 
     sample = sel.sample if scope == "individual" else None

@@ -214,7 +214,7 @@ def _mosaic_element(point: Mapping[str, Any], dims: tuple[str, ...]) -> int | No
     if "x" in point and "y" in point:
         x, y = float(point["x"]), float(point["y"])
         if math.isfinite(x) and math.isfinite(y):
-            r, c = int(math.floor(y)), int(math.floor(x))
+            r, c = math.floor(y), math.floor(x)
             if 0 <= r < grid.shape[0] and 0 <= c < grid.shape[1]:
                 return int(grid[r, c])
     data = point.get("customdata")
@@ -369,7 +369,7 @@ def discrete_dims(orbit: Orbit) -> tuple[str, ...]:
 
 def _value_label(factor: Orbit, dim: str, unit: str, value: float) -> str:
     """A readable name of one value of one dim (D4 elements by name, flags as words)."""
-    i = int(round(value))
+    i = round(value)
     whole = math.isclose(value, i)
     if dim == "d4" and whole and 0 <= i < len(D4.NAMES):
         return D4.NAMES[i]
