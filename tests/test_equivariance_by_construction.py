@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 import orbitscope as osc
-from orbitscope.group import NeroSO3, Octahedral, Translation, d4_time_reversal
+from orbitscope.group import D4, NeroSO3, Octahedral, Translation, d4_time_reversal
 from orbitscope.kinds import Boxes, box_area, fuse_boxes, get_kind
 from orbitscope.tasks import Classification, Task, Variable, register_task
 
@@ -366,3 +366,20 @@ def test_invariant_point_classifier_is_flat_over_so3_and_raw_mlp_is_not(orbit):
     assert np.ptp(conf, axis=1).max() < 1e-4
     assert (inv.prediction.values.reshape(len(pts), -1) == inv.prediction.values.reshape(len(pts), -1)[:, :1]).all()
     assert np.ptp(raw.confidence.values.reshape(len(pts), -1), axis=1).min() > 1e-2
+
+
+def test_symmetrize_over_d4_on_images_equals_a_loop_and_is_exactly_invariant():
+    from helpers import TinyNet
+
+    torch.manual_seed(0)
+    net = TinyNet().eval()
+    sym = osc.symmetrize(net, D4())
+    x = torch.rand(3, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    t = D4().transforms()
+    with torch.no_grad():
+        probs = torch.stack([torch.softmax(net(get_kind("image").act(x, t[[k] * 3], layout="paired")), -1)
+                             for k in range(8)]).mean(0)
+        np.testing.assert_allclose(torch.softmax(sym(x), -1).numpy(), probs.numpy(), atol=1e-6)
+        for k in range(8):  # f_sym(h·x) = f_sym(x) for every h in D4, exactly (index permutations)
+            hx = get_kind("image").act(x, t[[k] * 3], layout="paired")
+            np.testing.assert_allclose(sym(hx).numpy(), sym(x).numpy(), atol=1e-5)

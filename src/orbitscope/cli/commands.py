@@ -262,13 +262,23 @@ def report(
 @app.command()
 @friendly_errors
 def demo(
+    cases: Optional[list[str]] = typer.Argument(None, help="Case studies to run (default: all): mnist, "
+                                                "fashion-mnist, ml4ml."),
     home: Optional[Path] = HomeOption,
     out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
     n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
     ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also build a small model zoo and run ML4ML assessors."),
 ) -> None:
-    """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations."""
-    from ..demos.mnist import run_demo
+    """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
+    then ML4ML assessors on a small zoo. Name cases to run only those, e.g. `orbitscope demo mnist`."""
+    from ..demos.mnist import DEMO_CASES, run_demo
+
+    known = [c.name for c in DEMO_CASES] + ["ml4ml"]
+    unknown = [c for c in cases or [] if c not in known]
+    if unknown:
+        raise ValueError(f"unknown demo case(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    chosen = tuple(c for c in DEMO_CASES if not cases or c.name in cases)
+    ml4ml = ml4ml and (not cases or "ml4ml" in cases)
 
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -283,7 +293,7 @@ def demo(
             if msg.startswith("evaluating"):
                 state["update"] = engine_progress(bar, msg.split(" on ")[0])
 
-        result = run_demo(home, out, n_test=n, status=status, progress=progress, ml4ml=ml4ml)
+        result = run_demo(home, out, n_test=n, cases=chosen, status=status, progress=progress, ml4ml=ml4ml)
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
@@ -299,7 +309,8 @@ def demo(
         console.print(f"[yellow]skipped {case}[/]: {why}")
     console.print(f"demo finished in {time.perf_counter() - t0:.1f} s (training {result.seconds['training']:.1f} s)")
     home_arg = f" --home {home}" if home else ""
-    console.print(f"next: open {out}/mnist/report.html; [bold]orbitscope runs list{home_arg}[/]; "
+    first = chosen[0].name if chosen else "ml4ml"
+    console.print(f"next: open {out}/{first}/{'report.html' if chosen else 'cv.csv'}; [bold]orbitscope runs list{home_arg}[/]; "
                   f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
 
 
