@@ -23,7 +23,6 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .. import __version__
 from .interactive import figure_html, render_plotly
 from ..analysis.nero import check_same_samples, metric_label, prepare_aggregate, prepare_individual
 from ..analysis.ranking import rank_samples
@@ -115,6 +114,15 @@ def _transformed_thumbnail(res: OrbitResult, sample: int, element: dict[str, flo
     return _thumbnail((out.numpy() * 255).round().astype(np.uint8))
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orbitscope")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
 def write_report(
     results: Sequence[OrbitResult],
     path: str | Path,
@@ -153,7 +161,7 @@ def write_report(
         return out
 
     parts.append(f"<h1>{html.escape(title)}</h1><p class='note'>generated {time.strftime('%Y-%m-%d %H:%M')} by "
-                 f"orbitscope {__version__}; every number below is read from the stored runs.</p>")
+                 f"orbitscope {_version()}; every number below is read from the stored runs.</p>")
     parts.append("<h2>Runs</h2>" + _table([{
         "model": lab, "run": r.attrs.get("run_id", ""), "model hash": r.attrs.get("model_hash", ""),
         "data": r.attrs.get("data_id", ""), "orbit": ", ".join(f"{d} × {r.data.sizes[d]}" for d in r.orbit_dims),
