@@ -97,18 +97,18 @@ def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int) -
     need = cells * 4 * max(n_vars, 1)  # at least 4 bytes per variable and element
     if store is not None:
         free = shutil.disk_usage(store.home).free
-        where = f"the free disk space at {store.home}"
+        where, hint = f"the free disk space at {store.home}", ""
     else:
         try:
             free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
         except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
             return
-        where = "the available memory (pass store=... to write chunk by chunk)"
+        where, hint = "the available memory", " (or pass store=... to write it to disk chunk by chunk)"
     if need > free:
         raise DataError(
             f"this evaluation would record {n:,} samples × {orbit.size:,} orbit elements × {n_vars} variables "
             f"≈ {need / 2**30:,.1f} GiB, more than {where} ({free / 2**30:,.1f} GiB); use a coarser orbit "
-            "or fewer samples"
+            f"or fewer samples{hint}"
         )
 
 
