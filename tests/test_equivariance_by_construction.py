@@ -383,3 +383,41 @@ def test_symmetrize_over_d4_on_images_equals_a_loop_and_is_exactly_invariant():
         for k in range(8):  # f_sym(h·x) = f_sym(x) for every h in D4, exactly (index permutations)
             hx = get_kind("image").act(x, t[[k] * 3], layout="paired")
             np.testing.assert_allclose(sym(hx).numpy(), sym(x).numpy(), atol=1e-5)
+
+
+def test_summary_report_and_cli_tables_work_for_a_non_classification_task(tmp_path):
+    """The headline metric of a flow run is its error, and worst = highest for lower-is-better."""
+    from orbitscope.viz.report import write_report
+
+    frames, flows = _shift_pairs()
+    res = osc.evaluate(ShiftSearch(), (frames, flows), osc.Rotation([0, 90]), FlowError(), store=tmp_path).result
+    res.data["epe"][:] = np.array([[0.0, 2.0], [2.0, 2.0], [0.0, 2.0], [1.0, 2.0]])  # element 90° is worse
+    s = res.summary()
+    assert res.primary_metric() == "epe" and s["worst_at"] == {"angle": 90.0} and s["worst"] == 2.0
+    assert s["best_at"] == {"angle": 0.0} and s["best"] == pytest.approx(0.75)
+    out = write_report([res], tmp_path / "flow.html")
+    assert "EPE (px) at identity" in out.read_text()
+
+
+def test_score_outputs_are_checked_against_the_declared_variables():
+    @dataclass(frozen=True)
+    class Misspelt(FlowError):
+        kind: str = field(default="test-flow-misspelt", init=False)
+
+        def score(self, outputs, targets, g):
+            return {"epes": (outputs - targets).norm(dim=1).mean((1, 2))}
+
+    @dataclass(frozen=True)
+    class Short(FlowError):
+        kind: str = field(default="test-flow-short", init=False)
+
+        def score(self, outputs, targets, g):
+            return {"epe": (outputs - targets).norm(dim=1).mean((1, 2))[:1]}
+
+    frames, flows = _shift_pairs(2)
+    with pytest.raises(osc.SpecError, match="'epes' it does not declare"):
+        osc.evaluate(ShiftSearch(), (frames, flows), osc.Rotation([0]), Misspelt())
+    with pytest.raises(osc.SpecError, match=r"one value per row for 'epe' \(2 rows"):
+        osc.evaluate(ShiftSearch(), (frames, flows), osc.Rotation([0]), Short())
+    with pytest.raises(osc.DataError, match=r"16×16 .* 8×8|8×8 pixels but the inputs are 16×16"):
+        osc.evaluate(ShiftSearch(), (frames, flows[:, :, :8, :8]), osc.Rotation([0]), FlowError())

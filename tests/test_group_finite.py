@@ -284,7 +284,7 @@ def test_parse_new_forms():
         ("d4:2", "cannot parse"),
         ("octahedral:1", "cannot parse"),
         ("d4xt:1", "cannot parse"),
-        ("dihedral", "cannot parse"),
+        ("dihedral", "unknown orbit 'dihedral'"),
         ("", "empty"),
     ],
 )

@@ -88,12 +88,15 @@ def evaluate(
 
 
 def _print_summary(results: list[Any]) -> None:
-    table = Table(title="accuracy over the orbit")
+    from ..analysis.nero import metric_label
+
+    headline = results[0].primary_metric()
+    table = Table(title=f"{metric_label(results, headline)} over the orbit")
     table.add_column("run", no_wrap=True, min_width=16)
     for col in ("model", "samples", "at identity", "orbit mean", "worst (where)"):
         table.add_column(col, overflow="fold")
     for r in results:
-        s = r.summary("correct")
+        s = r.summary(headline)
         ident = "—" if s["at_identity"] is None else f"{s['at_identity']:.3f}"
         where = ", ".join(f"{k} {v:g}" for k, v in s["worst_at"].items())
         table.add_row(str(r.attrs.get("run_id", "")), str(r.attrs.get("model_name", "")), str(s["n_samples"]),
@@ -173,7 +176,9 @@ def plot(
 
     store = Store(home, create=False)
     results = [store.load(r) for r in runs]
-    metric = metric or ("confidence" if kind in ("individual", "embedding") else "correct")
+    if metric is None:
+        first = results[0]
+        metric = "confidence" if kind in ("individual", "embedding") and "confidence" in first.data else first.primary_metric()
     interactive = output.suffix.lower() in (".html", ".htm")
     mark = _parse_marker(marker)
     if kind == "embedding":

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ModelError
+from ..errors import ModelError, SpecError
 from ..group.elements import Transforms
 from ..kinds.base import Kind
 from ..tasks.base import Task
@@ -76,9 +76,42 @@ def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any
     return ctx
 
 
-def _score_into(out: dict[str, np.ndarray], scores: dict[str, Any], b: int, k: int, k0: int, k1: int) -> None:
+def _check_frames(ctx: EvalContext, x: Any, y: Any) -> None:
+    """Dense targets (e.g. flow) must live on the input's pixel grid (or the view's)."""
+    size_of = getattr(ctx.target_kind, "frame_size", None)
+    in_size = getattr(ctx.input_kind, "frame_size", None)
+    if size_of is None or in_size is None or not hasattr(y, "shape"):
+        return
+    want = tuple(ctx.action_options.get("view_size") or in_size(x))
+    have = tuple(size_of(y))
+    if have != want:
+        from ..errors import DataError
+
+        raise DataError(f"the targets ({ctx.target_kind.name}) are {have[0]}×{have[1]} pixels but the inputs are "
+                        f"{want[0]}×{want[1]}: give targets on the inputs' pixel grid (resample them, and scale "
+                        "flow vectors by the same factor)")
+
+
+def _score_into(out: dict[str, np.ndarray], scores: dict[str, Any], b: int, k: int, k0: int, k1: int,
+                declared: dict[str, Any] | None = None, task: str = "") -> None:
+    rows = (k1 - k0) * b
     for name, val in scores.items():
-        v = val.detach().cpu().numpy().reshape(k1 - k0, b, *val.shape[1:])
+        if declared is not None and name not in declared:
+            raise SpecError(f"task {task!r} returned a variable {name!r} it does not declare in variables() "
+                            f"(declared: {', '.join(sorted(declared))}); declare it or fix its name")
+        if not isinstance(val, torch.Tensor) or val.ndim == 0 or val.shape[0] != rows:
+            shape = tuple(val.shape) if isinstance(val, torch.Tensor) else type(val).__name__
+            raise SpecError(f"task {task!r}: score() must return one value per row for {name!r} "
+                            f"({rows} rows = {k1 - k0} elements × {b} samples), got {shape}")
+        v = val.detach().cpu().numpy()
+        want = getattr(declared.get(name), "dtype", None) if declared is not None else None
+        if want is not None and v.dtype != np.dtype(want):
+            cast = v.astype(want)
+            if np.issubdtype(np.dtype(want), np.integer) and not np.array_equal(cast, v):
+                raise SpecError(f"task {task!r}: variable {name!r} is declared {want} but score() returned "
+                                f"non-integral {v.dtype} values; return {want} values or change the declaration")
+            v = cast
+        v = v.reshape(k1 - k0, b, *val.shape[1:])
         if name not in out:
             out[name] = np.empty((b, k, *val.shape[1:]), dtype=v.dtype)
         out[name][:, k0:k1] = np.moveaxis(v, 0, 1)
@@ -101,7 +134,11 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
         raise DataError(f"chunk {job.index} holds {b} inputs but {ctx.target_kind.batch_size(y)} targets")
     action = dict(ctx.action_options)
     target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
+    _check_frames(ctx, x, y)
     per_call = max(1, ctx.forward_batch // max(b, 1))  # elements per warp call
+    declared = {v.name: v for v in ctx.task.variables(0)}
+    if ctx.probe is not None:
+        declared["activation"] = None
     out: dict[str, np.ndarray] = {}
     kept: list[tuple[int, int, Any, Transforms]] = []  # consensus: (k0, k1, outputs, row elements)
     canonical: list[Any] = []
@@ -127,7 +164,7 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
             if ctx.probe is not None:
                 scores["activation"] = torch.cat(collected)
                 collected.clear()
-            _score_into(out, scores, b, k, k0, k1)
+            _score_into(out, scores, b, k, k0, k1, declared, ctx.task.kind)
             if ctx.consensus:
                 kept.append((k0, k1, outputs, g))
                 canonical.append(ctx.task.canonicalize(outputs, g, **target_action))

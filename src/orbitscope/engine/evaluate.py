@@ -56,7 +56,7 @@ class Run:
     store: Store | None = None
     reused: bool = False
 
-    def summary(self, variable: str = "correct") -> dict[str, Any]:
+    def summary(self, variable: str | None = None) -> dict[str, Any]:
         return self.result.summary(variable)
 
 
@@ -115,7 +115,7 @@ def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int) -
 def evaluate(
     model: nn.Module,
     data: Any,
-    orbit: Orbit,
+    orbit: Orbit | str,
     task: Task | None = None,
     *,
     store: Store | str | None = None,
@@ -147,7 +147,8 @@ def evaluate(
             probabilities).
         data: a map-style torch Dataset of (input, target) items, a DataLoader with a fixed batch
             size, or a pair (inputs, targets) of arrays/tensors.
-        orbit: the group sample, e.g. ``Rotation(range(0, 361, 5))``; its dims become result dims.
+        orbit: the group sample, e.g. ``Rotation(range(0, 361, 5))`` or a spec string
+            (``"rotation:0:360:5"``, see :func:`orbitscope.parse_orbit`); its dims become result dims.
         task: how outputs are scored (default :class:`~orbitscope.tasks.Classification`); its
             input and target kinds say how each element acts on the data.
         store: a :class:`Store` or its directory, to write the run chunk by chunk (resumable);
@@ -189,8 +190,13 @@ def evaluate(
     task = task or Classification()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(orbit, str):
+        from ..group.parse import parse_orbit
+
+        orbit = parse_orbit(orbit)
     if not isinstance(orbit, Orbit):
-        raise TypeError(f"orbit must be an orbitscope Orbit (e.g. Rotation(...)), got {type(orbit).__name__}")
+        raise TypeError(f"orbit must be an orbitscope Orbit (e.g. Rotation(...)) or a spec string such as "
+                        f"'rotation:0:360:5', got {type(orbit).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must be an orbitscope Task (e.g. Classification()), got {type(task).__name__}")
     if batch_size < 1 or forward_batch < 1:

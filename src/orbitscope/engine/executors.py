@@ -9,7 +9,10 @@ builder and the demo for training jobs; results always come back to the caller, 
 
 A job function is ``fn(job, context) -> result``; both must be picklable for processes (defined
 at module level, models whose classes can be imported). Results are the same whichever executor
-ran them: every job carries its own seed.
+ran them: every job carries its own seed, and by default each worker uses as many torch threads
+as the calling process (the thread count changes float summation order). With the ``spawn``
+start method a script that starts a process executor must guard its entry point with
+``if __name__ == "__main__":`` (Python re-imports the main module in every worker).
 
 Executors are registered in :data:`EXECUTORS` (``"local"``, ``"process"``), so a distributed one
 (Ray) is a new module plus a registration.
@@ -73,7 +76,11 @@ class ProcessExecutor(Executor):
 
     Args:
         workers: number of processes (default: the CPU count, at most 4).
-        threads: torch intra-op threads per worker (default: CPU count // workers, at least 1).
+        threads: torch intra-op threads per worker. Default: this process's own count
+            (``torch.get_num_threads()``), which keeps results bit-identical to the local
+            executor. Fewer threads per worker (e.g. 1) avoid oversubscribing the CPU and are
+            faster, but matrix products then sum in another order and values may differ in the
+            last bits (about 1e-7 relative in float32).
         start_method: multiprocessing start method (``"spawn"`` by default; ``"fork"`` starts
             faster but is unsafe once torch has started its thread pools).
     """
@@ -85,7 +92,11 @@ class ProcessExecutor(Executor):
         self.workers = int(workers) if workers is not None else min(cpus, 4)
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        self.threads = int(threads) if threads is not None else max(1, cpus // self.workers)
+        if threads is None:
+            import torch
+
+            threads = torch.get_num_threads()
+        self.threads = int(threads)
         if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.start_method = start_method

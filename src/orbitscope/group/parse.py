@@ -3,6 +3,8 @@ built-in orbit kind (JSON specs, which results store, are read by :func:`~.orbit
 
 from __future__ import annotations
 
+import difflib
+
 
 
 from ..errors import SpecError
@@ -31,8 +33,11 @@ _RANGE_NAMES = ("rotation", "shift", "translation", "scale", "brightness", "cont
 def parse_orbit(text: str) -> Orbit:
     """Parse a command-line orbit spec such as ``rotation:0:360:5`` (both ends included).
 
-    See ``_SPEC_HELP`` for the accepted forms. Names are case-insensitive and ``_`` may stand for
-    ``-`` (``time_reversal``, ``so3_nero``).
+    Forms: ``rotation:START:STOP:STEP`` (degrees), ``rotation90``, ``shift:START:STOP:STEP``
+    (pixels, same grid for tx and ty), ``scale:…``, ``brightness:…``, ``contrast:…``, ``flip[:x|y]``,
+    ``d4``, ``time-reversal``, ``d4xt`` (time reversal × D4, NERO's element order),
+    ``so3-nero[:AXIS_STEP:ANGLE_STEP]``, ``so3:N`` and ``octahedral``; products joined by ``' x '``.
+    Names are case-insensitive and ``_`` may stand for ``-`` (``time_reversal``, ``so3_nero``).
 
     Raises:
         SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
@@ -54,10 +59,18 @@ def _parse_single(text: str) -> Orbit:
 
     name, *args = (a.strip() for a in text.split(":"))
     name = name.lower().replace("_", "-")
+    plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
+             "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
+    known = sorted(set(plain) | set(_RANGE_NAMES) | {"so3"})
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=2)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise SpecError(f"unknown orbit {name!r} in {text!r}; {hint}{_SPEC_HELP}")
+    if name in _RANGE_NAMES and len(args) != 3:
+        raise SpecError(f"orbit {text!r}: {name} needs START:STOP:STEP (3 numbers, STOP included), got "
+                        f"{len(args)}; e.g. '{name}:{'0:360:5' if name == 'rotation' else '-8:8:2' if name in ('shift', 'translation') else '0.8:1.2:0.1'}'")
     bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
     if not args:
-        plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
-                 "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
         if name not in plain:
             raise bad
         return plain[name]()

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .._registry import Registry
-from ..errors import DataError
+from ..errors import DataError, SpecError
 from ..group.elements import Transforms
 
 __all__ = ["Layout", "Kind", "KINDS", "register_kind", "get_kind", "act", "list_kinds", "check_layout", "orbit_rows",
@@ -107,10 +107,10 @@ def get_kind(name: str | Kind) -> Kind:
     """The kind registered as ``name`` (a :class:`Kind` passes through)."""
     if isinstance(name, Kind):
         return name
-    try:
-        return KINDS.get(name)
-    except KeyError:
-        raise ValueError(f"unknown data kind {name!r}; known kinds: {', '.join(list_kinds())}") from None
+    if name not in KINDS:
+        raise SpecError(f"unknown data kind {name!r}; known kinds: {', '.join(list_kinds())} (a new kind is a Kind "
+                        "subclass registered with register_kind)")
+    return KINDS.get(name)
 
 
 def list_kinds() -> list[str]:

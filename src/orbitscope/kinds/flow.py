@@ -59,6 +59,10 @@ class FlowKind(Kind):
                             + ("; move the (u, v) axis first: flow.permute(0, 3, 1, 2)" if x.ndim == 4 and x.shape[-1] == 2 else ""))
         return x
 
+    @staticmethod
+    def frame_size(data: Tensor) -> tuple[int, int]:
+        return int(data.shape[-2]), int(data.shape[-1])
+
     def act(self, data: Tensor, t: Transforms, *, layout: Layout = "orbit", interpolation: Interpolation = "bilinear",
             padding: Padding = "zeros", **_: Any) -> Tensor:
         return transform_flow(data, t, layout=layout, interpolation=interpolation, padding=padding)

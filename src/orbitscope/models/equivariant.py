@@ -32,6 +32,7 @@ import json
 import math
 from typing import Any, Literal, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -121,6 +122,9 @@ class Symmetrized(nn.Module):
         (``mean_probs``) or the mean logits (``mean_logits``) over the group; for other output
         kinds (``mean``), the mean of ``g⁻¹∘model(g·x)`` in the canonical frame."""
         k, b = len(self.elements), x.shape[0]
+        if x.ndim >= 4 and x.shape[-1] != x.shape[-2] and bool((np.abs(self.elements.linear[:, 0, 1]) > 0.999).any()):
+            raise ValueError(f"symmetrize over 90° rotations needs square inputs (got {x.shape[-2]}×{x.shape[-1]}): a 90° "
+                             "rotation of a non-square image crops it, so the average would not be invariant")
         if self.input_kind.name == "image":
             warped = warp_images(x, self.elements, layout="orbit", interpolation=self.interpolation, padding=self.padding)  # type: ignore[arg-type]
         else:

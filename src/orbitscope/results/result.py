@@ -187,12 +187,29 @@ class OrbitResult:
         """See :func:`aggregate`."""
         return aggregate(self, variable, level=level, subset=subset)
 
-    def summary(self, variable: str = "correct") -> dict[str, Any]:
-        """Headline numbers: value at the identity element, orbit mean, worst and best element.
+    def primary_metric(self) -> str:
+        """The variable views show by default: ``correct`` when recorded, else the task's first
+        metric (not a state), else the first variable over the orbit."""
+        if "correct" in self.data:
+            return "correct"
+        task = self.task()
+        for v in task.variables(0) if task is not None else []:
+            if v.name in self.data and v.kind != "state":
+                return v.name
+        for name in self.data.data_vars:
+            if self.data[name].dims[1:1 + len(self.orbit_dims)] == self.orbit_dims and self.meta(str(name)).kind != "state":
+                return str(name)
+        raise NotFoundError("this result records no metric over its orbit")
+
+    def summary(self, variable: str | None = None) -> dict[str, Any]:
+        """Headline numbers: value at the identity element, orbit mean, worst and best element
+        (worst = lowest, or highest for lower-is-better variables such as errors).
 
         Returns a dict with ``at_identity``, ``mean``, ``worst``, ``worst_at`` (coords of the worst
-        element), ``best``, ``best_at`` and ``n_samples``.
+        element), ``best``, ``best_at`` and ``n_samples``. ``variable`` defaults to
+        :meth:`primary_metric`.
         """
+        variable = variable or self.primary_metric()
         agg = self.aggregate(variable)
         mean = agg["mean"]
         flat = mean.values.ravel()
@@ -205,6 +222,8 @@ class OrbitResult:
 
         ident = self.data.attrs.get("identity_index")
         worst, best = int(np.nanargmin(flat)), int(np.nanargmax(flat))
+        if self.meta(variable).lower_is_better:
+            worst, best = best, worst
         return {
             "variable": variable,
             "n_samples": self.n_samples,

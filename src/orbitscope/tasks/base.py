@@ -80,8 +80,9 @@ class Task:
     output_kind: str = "scores"
 
     # -- declaration ---------------------------------------------------------------------------
-    def variables(self, num_outputs: int = 0) -> list[Variable]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def variables(self, num_outputs: int = 0) -> list[Variable]:
+        """The variables ``score`` returns, with their meaning."""
+        raise NotImplementedError(f"{type(self).__name__} must implement variables()")
 
     def variable(self, name: str) -> Variable | None:
         """The declared variable called ``name`` (including consensus variables), or None."""
@@ -94,8 +95,9 @@ class Task:
         """Names of the label-free variables derived from the consensus (scores and measures)."""
         return [v.name for v in [*self.consensus_variables(), *self.consensus_measures()]]
 
-    def spec(self) -> dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def spec(self) -> dict[str, Any]:
+        """JSON-able description; part of every run's identity (``task_from_spec`` rebuilds it)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement spec() (e.g. return {{'kind': self.kind}})")
 
     # -- data ----------------------------------------------------------------------------------
     def collate(self, items: Sequence[Any]) -> tuple[Any, Any]:
@@ -133,8 +135,9 @@ class Task:
                          f"{type(raw).__name__}")
 
     # -- scoring -------------------------------------------------------------------------------
-    def score(self, outputs: Any, targets: Any, g: Transforms) -> dict[str, Tensor]:  # pragma: no cover
-        raise NotImplementedError
+    def score(self, outputs: Any, targets: Any, g: Transforms) -> dict[str, Tensor]:
+        """Per-row variables (see the module docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement score(outputs, targets, g)")
 
     def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
         """Dataset-level metrics from per-sample states: ``states[name]`` has shape
@@ -176,7 +179,9 @@ class Task:
         return self.consensus_target(((rows * w).sum(0) / w.sum()).to(canonical.dtype))
 
     def consensus_target(self, mean_output: Any) -> Any:
-        """The averaged output as a target of the target kind (default: as it is)."""
+        """The averaged output as a target of the target kind (default: as it is, right when the
+        output and target kinds agree, e.g. flow). Override it when they differ: class scores
+        averaged into a pseudo-label need ``mean_output.argmax(-1)``."""
         return mean_output
 
     def consensus_variables(self) -> list[Variable]:
@@ -213,5 +218,15 @@ def list_tasks() -> list[str]:
 
 
 def task_from_spec(spec: dict[str, Any]) -> Task:
-    """Rebuild a task from :meth:`Task.spec`."""
+    """Rebuild a task from :meth:`Task.spec`.
+
+    Raises:
+        SpecError: the spec names a task kind that is not registered in this process (import
+            the module that defines it, with ``@register_task``, before loading its runs)."""
+    from ..errors import SpecError
+
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    if kind is not None and kind not in TASKS:
+        raise SpecError(f"unknown task kind {kind!r}; known: {', '.join(TASKS.names())}. A run of a task defined in "
+                        "your own code needs that code imported (its @register_task) before the run is loaded")
     return TASKS.from_spec(spec)

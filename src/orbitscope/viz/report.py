@@ -52,17 +52,21 @@ def _where(coords: dict[str, float]) -> str:
 
 
 def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: str = "confidence") -> list[dict[str, Any]]:
-    """One row of headline numbers per model (see the module docstring)."""
+    """One row of headline numbers per model (see the module docstring): the headline metric
+    (:meth:`~orbitscope.results.OrbitResult.primary_metric`, accuracy for classification) at
+    the identity, its orbit mean, worst and best element, and the non-equivariance of ``metric``."""
     rows = []
+    headline = results[0].primary_metric()
+    name = metric_label(results, headline)
     for res, label in zip(results, labels):
-        acc = res.summary("correct")
+        acc = res.summary(headline)
         row: dict[str, Any] = {
             "model": label,
             "samples": acc["n_samples"],
-            "accuracy at identity": acc["at_identity"],
-            "orbit mean accuracy": acc["mean"],
-            "worst accuracy": f"{acc['worst']:.3f} ({_where(acc['worst_at'])})",
-            "best accuracy": f"{acc['best']:.3f} ({_where(acc['best_at'])})",
+            f"{name} at identity": acc["at_identity"],
+            f"orbit mean {name}": acc["mean"],
+            f"worst {name}": f"{acc['worst']:.3f} ({_where(acc['worst_at'])})",
+            f"best {name}": f"{acc['best']:.3f} ({_where(acc['best_at'])})",
             f"non-equivariance (orbit std of {metric_label(results, metric)})": non_equivariance(res, metric),
         }
         if "probabilities" in res.data:
@@ -103,15 +107,22 @@ def _transformed_thumbnail(res: OrbitResult, sample: int, element: dict[str, flo
     """The stored input transformed by one orbit element (the report's only computation on data)."""
     import torch
 
-    from ..kinds import warp_images
+    from ..kinds import get_kind
 
     orbit = res.orbit
     dims = res.orbit_dims
     idx = np.ravel_multi_index(tuple(int(np.argmin(np.abs(orbit.coords[d] - element[d]))) for d in dims), orbit.shape)
+    task = res.task()
+    kind = get_kind(task.input_kind if task is not None else "image")
     x = torch.from_numpy(res.data["input"].sel(sample=sample).values.astype(np.float32) / 255.0)[None]
-    out = warp_images(x, orbit.transforms()[int(idx)], interpolation=res.attrs.get("interpolation", "bilinear"),
-                      padding=res.attrs.get("padding", "zeros"))[0, 0]
-    return _thumbnail((out.numpy() * 255).round().astype(np.uint8))
+    out = kind.act(x, orbit.transforms()[[int(idx)]], layout="paired",
+                   interpolation=res.attrs.get("interpolation", "bilinear"), padding=res.attrs.get("padding", "zeros"))[0]
+    return _thumbnail(_first_image((out.numpy() * 255).round().astype(np.uint8)))
+
+
+def _first_image(values: np.ndarray) -> np.ndarray:
+    """(C, H, W) -> itself; (T, C, H, W) frame sequences -> their first frame."""
+    return values[0] if values.ndim == 4 else values
 
 
 def _version() -> str:
@@ -128,7 +139,7 @@ def write_report(
     path: str | Path,
     *,
     labels: Sequence[str] | None = None,
-    metric: str = "confidence",
+    metric: str | None = None,
     method: str = "pca",
     n_samples: int = 10,
     title: str = "orbitscope report",
@@ -147,7 +158,10 @@ def write_report(
     if p.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"the report is an HTML file: give a path ending in .html, got {p.name!r}")
     check_same_samples(results)
-    agg = prepare_aggregate(results, "correct", labels=labels)
+    headline = results[0].primary_metric()
+    if metric is None:  # the per-sample metric of the later sections: confidence, else the headline
+        metric = "confidence" if all("confidence" in r.data for r in results) else headline
+    agg = prepare_aggregate(results, headline, labels=labels)
     labels = [s.label for s in agg.series]
     parts: list[str] = []
     first = [True]
@@ -173,12 +187,13 @@ def write_report(
 
     parts.append("<h2>Aggregate NERO plots</h2><div class='grid'>")
     parts.append(fig(render_plotly(agg)))
-    parts.append(fig(render_plotly(prepare_aggregate(results, metric, labels=labels))))
+    if metric != headline:
+        parts.append(fig(render_plotly(prepare_aggregate(results, metric, labels=labels))))
     if all("probabilities" in r.data for r in results):
         parts.append(fig(render_plotly(prepare_aggregate(results, "consensus_agreement", labels=labels))))
     parts.append("</div>")
 
-    if all("label" in r.data for r in results):
+    if headline == "correct" and all("label" in r.data for r in results):
         classes = np.unique(results[0].data["label"].values)
         parts.append(f"<h2>Per-class aggregate plots ({metric_label(results, 'correct')})</h2><div class='grid'>")
         for c in classes:
@@ -215,12 +230,13 @@ def _sensitive_section(results: list[OrbitResult], labels: list[str], metric: st
         sample = int(results[0].data.sample.values[pos])
         ind = prepare_individual(results, sample, metric, labels=labels,
                                  title=f"sample {sample}: {metric_label(results, metric)}")
-        worst_pos = int(np.argmin(ind.series[0].values))
+        worst_pos = int(np.argmax(ind.series[0].values) if results[0].meta(metric).lower_is_better
+                        else np.argmin(ind.series[0].values))
         worst = {d: float(ind.coords[d][i]) for d, i in zip(ind.dims, np.unravel_index(worst_pos, ind.series[0].values.shape))}
         ind.marker = worst
         thumbs = ""
         if "input" in results[0].data:
-            thumbs = (f"<div class='thumbs'>{_thumbnail(results[0].data['input'].sel(sample=sample).values)}"
+            thumbs = (f"<div class='thumbs'>{_thumbnail(_first_image(results[0].data['input'].sel(sample=sample).values))}"
                       f"{_transformed_thumbnail(results[0], sample, worst)}<span class='note'>input, and at "
                       f"{_where(worst)} (worst for {html.escape(labels[0])})</span></div>")
         rank = ranking.rank_of(int(pos))
