@@ -38,6 +38,8 @@ def parse_orbit(text: str) -> Orbit:
     ``d4``, ``time-reversal``, ``d4xt`` (time reversal × D4, NERO's element order),
     ``so3-nero[:AXIS_STEP:ANGLE_STEP]``, ``so3:N`` and ``octahedral``; products joined by ``' x '``.
     Names are case-insensitive and ``_`` may stand for ``-`` (``time_reversal``, ``so3_nero``).
+    ``d4 x time-reversal`` is read as ``time-reversal x d4`` (the two commute), so its dims are
+    NERO's ``(time_reversed, d4)`` and it draws as NERO's mosaic.
 
     Raises:
         SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
@@ -47,6 +49,9 @@ def parse_orbit(text: str) -> Orbit:
     if not factors:
         raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
     orbits = [_parse_single(f) for f in factors]
+    kinds = [o.kind for o in orbits]
+    if kinds == ["d4", "time_reversal"]:  # the two commute: always NERO's layout (time_reversed, d4)
+        orbits = orbits[::-1]
     out = orbits[0]
     for o in orbits[1:]:
         check_size(out.size * o.size, f"orbit {text!r}")
