@@ -252,8 +252,10 @@ def test_parse_new_forms():
     assert parse_orbit("so3-nero:10:30") == NeroSO3(10.0, 30.0)
     assert parse_orbit("so3:64") == SO3Grid(64)
     assert parse_orbit("octahedral") == Octahedral()
-    prod = parse_orbit("d4 x time-reversal")
-    assert prod.dims == ("d4", "time_reversed") and prod.shape == (8, 2)
+    prod = parse_orbit("d4 x time-reversal")  # the factors commute: read in NERO's order
+    assert prod.dims == ("time_reversed", "d4") and prod.shape == (2, 8) and prod == parse_orbit("d4xt")
+    other = parse_orbit("d4 x flip")  # other products keep the order given
+    assert other.dims == ("d4", "flip")
     prod = parse_orbit("d4xt x brightness:0.5:1:0.5")
     assert prod.dims == ("time_reversed", "d4", "brightness") and prod.size == 32
     # the old forms still parse
