@@ -323,3 +323,17 @@ def test_new_layouts_save_as_png(tmp_path):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         image = imread(path)
         assert image.ndim == 3 and min(image.shape[:2]) > 100 and image[..., :3].std() > 0.05  # not blank
+
+
+def test_heatmaps_share_one_colour_range_and_reverse_it_for_errors():
+    """Like the mosaic: one range across models; errors bright when low (reversed viridis, 0–80th pct)."""
+    coords = {"tx": np.array([-2.0, 0.0, 2.0]), "ty": np.array([-2.0, 0.0, 2.0])}
+    a = _result("A", "rmse", ("tx", "ty"), coords, np.stack([np.arange(9.0).reshape(3, 3)] * 2))
+    b = _result("B", "rmse", ("tx", "ty"), coords, np.stack([10 + np.arange(9.0).reshape(3, 3)] * 2))
+    data = prepare_aggregate([a, b], "rmse")
+    meshes = [c for ax in render(data).axes for c in ax.collections if isinstance(c, QuadMesh)]
+    lo, hi = np.percentile(np.r_[np.arange(9.0), 10 + np.arange(9.0)], [0, 80])
+    assert len(meshes) >= 2 and all(m.get_cmap().name == "viridis_r" for m in meshes)  # + the colour bar
+    assert all(m.get_clim() == pytest.approx((lo, hi)) for m in meshes)
+    traces = [t for t in render_plotly(data).data if t.type == "heatmap"]
+    assert all(t.reversescale and (t.zmin, t.zmax) == pytest.approx((lo, hi)) for t in traces)

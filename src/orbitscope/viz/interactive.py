@@ -17,6 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .colour_scale import colour_scale
 from ..analysis.nero import NeroData
 from .disk import render_disk_plotly
 from .mosaic import render_mosaic_plotly
@@ -91,11 +92,12 @@ def _heatmaps(data: NeroData) -> go.Figure:
     xd, yd = data.dims
     n = len(data.series)
     fig = make_subplots(rows=1, cols=n, subplot_titles=[s.label for s in data.series], horizontal_spacing=0.08)
-    lo, hi = data.value_range if data.value_range is not None else (None, None)
+    scale = colour_scale(data)  # shared by the models; reversed (low = bright) for errors, as NERO
     idx = data.marker_index()
     for i, s in enumerate(data.series, start=1):
         fig.add_trace(go.Heatmap(
-            x=data.coords[xd], y=data.coords[yd], z=np.asarray(s.values).T, zmin=lo, zmax=hi, colorscale="Viridis",
+            x=data.coords[xd], y=data.coords[yd], z=np.asarray(s.values).T, zmin=scale.lo, zmax=scale.hi,
+            colorscale="Viridis", reversescale=scale.reverse,
             showscale=i == n, colorbar=dict(title=data.metric_label), meta={"series": s.label, "role": "value"},
             hovertemplate=f"{xd} %{{x}}<br>{yd} %{{y}}<br>{data.metric_label} %{{z:.3f}}<extra>{s.label}</extra>"),
             row=1, col=i)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from .colour_scale import cell_edges
+from .colour_scale import cell_edges, colour_scale
 from ..analysis.nero import MODEL_COLOURS, NeroData, prepare_aggregate, prepare_individual
 from ..results.result import OrbitResult
 from .disk import render_disk
@@ -121,12 +121,12 @@ def _heatmaps(data: NeroData) -> Figure:
     fig = Figure(figsize=(4.2 * n + 1.0, 4.0), layout="constrained")
     axes = fig.subplots(1, n, squeeze=False)[0]
     xd, yd = data.dims
-    vmin, vmax = data.value_range if data.value_range is not None else (None, None)
+    scale = colour_scale(data)  # shared by the models; reversed (low = bright) for errors, as NERO
     image = None
     idx = data.marker_index()
     for ax, s in zip(axes, data.series):
         image = ax.pcolormesh(cell_edges(data.coords[xd]), cell_edges(data.coords[yd]), np.asarray(s.values).T,
-                              cmap="viridis", vmin=vmin, vmax=vmax)
+                              cmap=scale.cmap, vmin=scale.lo, vmax=scale.hi)
         if idx is not None:
             ax.plot([data.coords[xd][idx[0]]], [data.coords[yd][idx[1]]], marker="x", color="red", ms=10, mew=2)
         ax.set_xlabel(xd)
