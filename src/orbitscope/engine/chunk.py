@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ModelError, SpecError
+from ..errors import DataError, ModelError, SpecError
 from ..group.elements import Transforms
 from ..kinds.base import Kind
 from ..tasks.base import Task
@@ -85,8 +85,6 @@ def _check_frames(ctx: EvalContext, x: Any, y: Any) -> None:
     want = tuple(ctx.action_options.get("view_size") or in_size(x))
     have = tuple(size_of(y))
     if have != want:
-        from ..errors import DataError
-
         raise DataError(f"the targets ({ctx.target_kind.name}) are {have[0]}×{have[1]} pixels but the inputs are "
                         f"{want[0]}×{want[1]}: give targets on the inputs' pixel grid (resample them, and scale "
                         "flow vectors by the same factor)")
@@ -129,8 +127,6 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
     y = ctx.target_kind.prepare(targets, ctx.device)
     b, k = ctx.input_kind.batch_size(x), len(ctx.transforms)
     if ctx.target_kind.batch_size(y) != b:
-        from ..errors import DataError
-
         raise DataError(f"chunk {job.index} holds {b} inputs but {ctx.target_kind.batch_size(y)} targets")
     action = dict(ctx.action_options)
     target_action = _frame_context(ctx.input_kind, x, ctx.action_options)

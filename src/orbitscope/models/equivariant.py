@@ -158,7 +158,7 @@ def symmetrize(
     ``reduce="mean_probs"`` returns ``log( (1/|G|) Σ_g softmax(model(g·x)) )``: **log-probabilities**
     (rows are <= 0 and their exponentials sum to 1). They can be used as logits everywhere:
     ``softmax`` of them gives back the averaged probabilities exactly, ``nn.CrossEntropyLoss``
-    trains through them, and :class:`~orbitscope.tasks.base.Classification` (``output="auto"`` or
+    trains through them, and :class:`~orbitscope.tasks.Classification` (``output="auto"`` or
     ``"logits"``) reads them as logits and so scores the averaged probabilities.
     ``reduce="mean_logits"`` returns the mean of the model's logits instead.
 

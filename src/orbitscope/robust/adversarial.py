@@ -7,7 +7,7 @@ examples (``torchattacks.PGD``: random start in the ε-box, ``steps`` signed-gra
 torchattacks does) and the model takes an Adam step on their cross-entropy. ε ramps linearly
 from 0 over the first ``warmup_epochs`` (per batch), which lets a small CNN trained from scratch
 leave the trivial solution at large ε. Defaults: ε = 0.2, 5 steps of 2.5·ε/5, 4 epochs on the
-4,000 training digits of :func:`orbitscope.data.datasets.mnist_subset`, with a narrower reference CNN
+4,000 training digits of :func:`orbitscope.data.mnist_subset`, with a narrower reference CNN
 (widths 8, 8, 16, 16, 32, 32; hidden 64) than the plain recipes to keep training near a
 minute or two on one CPU thread.
 

@@ -24,7 +24,7 @@ Augmentations (per sample, fresh every batch):
 
 Training data (``recipe.data``):
 
-* ``"mnist-subset"``: the 4,000 training digits of :func:`orbitscope.data.datasets.mnist_subset`
+* ``"mnist-subset"``: the 4,000 training digits of :func:`orbitscope.data.mnist_subset`
   (with ``n_train`` set: the first ``n_train // 10`` of each class, as that split is ordered by
   class); tested on its 1,000 held-out digits.
 * ``"fashion-mnist"``: the first ``n_train`` (default 6,000) images of the Fashion-MNIST
