@@ -11,6 +11,7 @@ DataError           ValueError                  data cannot be evaluated as give
 ModelError          RuntimeError                a model fails or returns unusable values
 StateDictMismatch…  ModelError                  weights do not fit the architecture
 StoreError          RuntimeError                a store is missing, corrupt or inconsistent
+DamagedRunError     StoreError                  a stored chunk is missing or fails its checksum
 SpecError           ValueError                  a spec string/dict (orbit, data, perturbation,
                                                 task, model) cannot be parsed or is invalid
 NotFoundError       KeyError                    a named thing (run, variable, sample, metric,
@@ -29,6 +30,7 @@ __all__ = [
     "ModelError",
     "StateDictMismatchError",
     "StoreError",
+    "DamagedRunError",
     "SpecError",
     "NotFoundError",
 ]
@@ -57,6 +59,11 @@ class StateDictMismatchError(ModelError):
 
 class StoreError(OrbitscopeError, RuntimeError):
     """A store is missing, corrupt, or inconsistent with what is asked of it."""
+
+
+class DamagedRunError(StoreError):
+    """A stored run's chunk is missing or does not match its checksum (evaluating the same run
+    again recomputes the damaged chunks)."""
 
 
 class SpecError(OrbitscopeError, ValueError):

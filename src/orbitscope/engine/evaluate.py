@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import DataError, ModelError, SpecError
+from ..errors import DamagedRunError, DataError, ModelError, SpecError
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit
 from ..kinds.base import Kind, get_kind
@@ -292,9 +292,15 @@ def evaluate(
             rec = st.find_run(run_id)
             if rec is not None and resume:
                 if rec.complete:
-                    if progress is not None:
-                        progress(rec.n_samples or 0, rec.n_samples)
-                    return Run(st.load(run_id), run_id, st, reused=True)
+                    try:
+                        loaded = st.load(run_id)
+                    except DamagedRunError as exc:  # recompute the damaged chunks, keep the rest
+                        log.warning("%s; recomputing the damaged chunks", exc)
+                        st.reopen_run(run_id)
+                    else:
+                        if progress is not None:
+                            progress(rec.n_samples or 0, rec.n_samples)
+                        return Run(loaded, run_id, st, reused=True)
                 skip = st.done_chunks(run_id)
                 log.info("resuming run %s: %d chunks already written", run_id, len(skip))
             elif rec is not None:

@@ -8,24 +8,32 @@ Layout under the store's home (``$ORBITSCOPE_HOME`` or ``./orbitscope-runs``)::
 Writing is chunk by chunk: each chunk's arrays are written to temporary files and moved into place
 with an atomic ``os.replace``; only then is the chunk recorded in the catalog, in one transaction.
 Readers only read chunks the catalog lists, so they never see half-written data, and a run that is
-killed mid-way resumes from the last recorded chunk. Arrays are plain ``.npy`` files (readable
+killed mid-way resumes from the last recorded chunk. Each chunk's files carry a CRC-32 in the
+catalog: loading verifies it (a damaged chunk is reported by run and chunk) and resuming recomputes
+damaged or missing chunks. The folder is fsynced after each rename, so a power loss cannot leave
+the catalog listing a chunk that is not on disk. A store that cannot be written (a read-only mount,
+another user's files) is opened read-only: everything that reads works. Arrays are plain ``.npy`` files (readable
 with numpy alone, memory-mappable); :meth:`OrbitResult.data` exports to Zarr/NetCDF through xarray.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 import time
+import zlib
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-from ..errors import StoreError
+from ..errors import DamagedRunError, StoreError
 from .result import OrbitResult, assemble_result
 
 __all__ = ["Store", "StoreError", "RunRecord", "default_home", "open_store"]
@@ -46,8 +54,70 @@ CREATE TABLE IF NOT EXISTS runs (
     created REAL NOT NULL, finished REAL);
 CREATE TABLE IF NOT EXISTS chunks (
     run_id TEXT NOT NULL, chunk INTEGER NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
-    PRIMARY KEY (run_id, chunk));
+    checksum TEXT, PRIMARY KEY (run_id, chunk));
 """
+
+_TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp$")
+_TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine (temporary files name their writer)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _crc(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return zlib.crc32(fh.read())
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _os_error(exc: OSError, where: Path) -> str:
+    """An OSError while writing to a store, in words a user can act on."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"the disk holding {where} is full ({exc.strerror}): free some space and run the same evaluation "
+                "again; the chunks already written are kept and the run resumes after them")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"cannot write to {where} ({exc.strerror}): it is read-only or not yours; give a writable --home"
+    return f"cannot write to {where}: {exc}"
+
+
+def describe_sqlite_error(exc: BaseException, catalog: Path) -> str:
+    """What an SQLite error means for a store, in words a user can act on."""
+    text = str(exc).lower()
+    if "locked" in text or "busy" in text:
+        return f"the catalog {catalog} is locked by another process (a long write?): try again in a moment"
+    if "readonly" in text or "read-only" in text:
+        return (f"the store {catalog.parent} is read-only (a read-only mount or another user's files): reading works, "
+                "writing does not; copy the store, or give a writable --home")
+    if "disk is full" in text or "database or disk is full" in text:
+        return f"the disk holding {catalog.parent} is full: free some space and run the same command again"
+    if "disk i/o" in text or "i/o error" in text:
+        return f"an I/O error while using the catalog {catalog}: check the disk or file system ({exc})"
+    if "unable to open" in text:
+        return f"cannot open the catalog {catalog} ({exc}): check that the folder exists and can be read"
+    return f"the catalog {catalog} is corrupt or not an orbitscope catalog: {exc}"
+
 
 
 def default_home() -> Path:
@@ -88,7 +158,9 @@ class Store:
         if self.home.exists() and not self.home.is_dir():
             raise StoreError(f"store path {self.home} exists and is not a directory")
         if not self._catalog.exists():
-            if self.home.exists() and any(p.name not in ("runs", "models", "zoo") for p in self.home.iterdir()):
+            self._remove_stale_catalogs()
+            if self.home.exists() and any(p.name not in ("runs", "models", "zoo") and not _TMP_CATALOG.match(p.name)
+                                          for p in self.home.iterdir()):
                 raise StoreError(
                     f"{self.home} is not an orbitscope store (no {_CATALOG}) and is not empty; "
                     "point ORBITSCOPE_HOME / --home at an empty or existing store directory"
@@ -96,23 +168,41 @@ class Store:
             if not create:
                 raise StoreError(f"no orbitscope store at {self.home} (run an evaluation first, or check --home)")
             self._create_catalog()
+        self.read_only = not os.access(self._catalog, os.W_OK) or not os.access(self.home, os.W_OK)
         self._validated = False
         self._check_format()
         self._validated = True
 
+    def _remove_stale_catalogs(self) -> None:
+        """Temporary catalogs left by a creator that crashed (its process is gone) are removed."""
+        if not self.home.is_dir():
+            return
+        for p in self.home.iterdir():
+            m = _TMP_CATALOG.match(p.name)
+            if m and not _pid_alive(int(m.group(1))):
+                p.unlink(missing_ok=True)
+
     def _create_catalog(self) -> None:
         """Build the catalog under a temporary name and link it into place, so a concurrent
         opener sees either no catalog or a complete one (and two creators do not clash)."""
-        self.home.mkdir(parents=True, exist_ok=True)
-        tmp = self.home / f".{_CATALOG}.{os.getpid()}.tmp"
-        con = sqlite3.connect(tmp)
         try:
-            with con:
-                con.executescript(_SCHEMA)
-                con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (_FORMAT,))
-                con.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(_VERSION),))
-        finally:
-            con.close()
+            self.home.mkdir(parents=True, exist_ok=True)
+            tmp = self.home / f".{_CATALOG}.{os.getpid()}.tmp"
+            tmp.unlink(missing_ok=True)
+            con = sqlite3.connect(tmp)
+            try:
+                with con:
+                    con.executescript(_SCHEMA)
+                    con.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (_FORMAT,))
+                    con.execute("INSERT OR REPLACE INTO meta VALUES ('version', ?)", (str(_VERSION),))
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            (self.home / f".{_CATALOG}.{os.getpid()}.tmp").unlink(missing_ok=True)
+            raise StoreError(f"cannot create the store at {self.home}: " + describe_sqlite_error(exc, self._catalog)) from exc
+        except OSError as exc:
+            (self.home / f".{_CATALOG}.{os.getpid()}.tmp").unlink(missing_ok=True)
+            raise StoreError(f"cannot create the store at {self.home}: {_os_error(exc, self.home)}") from exc
         try:
             os.link(tmp, self._catalog)  # fails if another process created it first: keep theirs
         except FileExistsError:
@@ -123,17 +213,22 @@ class Store:
     # -- connection -------------------------------------------------------------------------
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        read_only = getattr(self, "read_only", False)
         try:
-            con = sqlite3.connect(self._catalog, timeout=30.0)
+            if read_only:  # no write access: never create -wal/-shm files or switch journal modes
+                uri = f"file:{self._catalog.resolve()}?mode=ro&immutable=1"
+                con = sqlite3.connect(uri, uri=True, timeout=30.0)
+            else:
+                con = sqlite3.connect(self._catalog, timeout=30.0)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open the catalog {self._catalog}: {exc}") from exc
+            raise StoreError(describe_sqlite_error(exc, self._catalog)) from exc
         try:
-            if getattr(self, "_validated", False):  # never touch a foreign database's header
+            if getattr(self, "_validated", False) and not read_only:  # never touch a foreign database's header
                 con.execute("PRAGMA journal_mode=WAL")
             with con:
                 yield con
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"the catalog {self._catalog} is corrupt or not an orbitscope catalog: {exc}") from exc
+            raise StoreError(describe_sqlite_error(exc, self._catalog)) from exc
         finally:
             con.close()
 
@@ -157,9 +252,16 @@ class Store:
                 f"store {self.home} has format version {rows['version']}, newer than this orbitscope "
                 f"understands ({_VERSION}); upgrade orbitscope"
             )
+        if not self.read_only:  # stores made before chunk checksums: add the column (NULL = unchecked)
+            self._validated = True
+            with self._connect() as con:
+                cols = {r[1] for r in con.execute("PRAGMA table_info(chunks)")}
+                if "checksum" not in cols:
+                    con.execute("ALTER TABLE chunks ADD COLUMN checksum TEXT")
 
     # -- models ------------------------------------------------------------------------------
     def register_model(self, model_id: str, name: str, model_hash: str, info: dict[str, Any] | None = None) -> None:
+        self._check_writable()
         with self._connect() as con:
             con.execute(
                 "INSERT OR IGNORE INTO models VALUES (?, ?, ?, ?, ?)",
@@ -192,6 +294,7 @@ class Store:
         chunk_size: int,
     ) -> RunRecord:
         """Create a run (or return the existing one with the same id, for resuming)."""
+        self._check_writable()
         existing = self.find_run(run_id)
         if existing is not None:
             if existing.chunk_size != chunk_size:
@@ -249,38 +352,110 @@ class Store:
             done = dict(con.execute("SELECT run_id, COUNT(*) FROM chunks GROUP BY run_id").fetchall())
         return [self._record(r, done.get(r[0], 0)) for r in rows]
 
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"the store {self.home} is read-only (a read-only mount or another user's files): "
+                             "reading works, writing does not; copy it, or give a writable --home")
+
+    def remove_orphans(self, run_id: str) -> int:
+        """Delete the temporary chunk files of writers that died (their process is gone); returns
+        how many were removed."""
+        base = self._run_dir(run_id)
+        removed = 0
+        if self.read_only or not base.is_dir():
+            return 0
+        for folder in base.iterdir():
+            if not folder.is_dir():
+                continue
+            for f in folder.iterdir():
+                m = _TMP_CHUNK.match(f.name)
+                if m and not _pid_alive(int(m.group(1))):
+                    f.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    def damaged_chunks(self, run_id: str) -> dict[int, str]:
+        """Chunks whose files are missing, unreadable or differ from their recorded checksum:
+        ``{chunk: what is wrong}``. Chunks recorded before checksums existed are only checked for
+        presence."""
+        base = self._run_dir(run_id)
+        rec = self.find_run(run_id)
+        if rec is None:
+            return {}
+        names = list(rec.layout.get("variables", {}))
+        with self._connect() as con:
+            rows = con.execute("SELECT chunk, checksum FROM chunks WHERE run_id = ?", (run_id,)).fetchall()
+        bad: dict[int, str] = {}
+        for chunk, checksum in rows:
+            sums = json.loads(checksum) if checksum else {}
+            for name in names:
+                path = base / name / f"{chunk:06d}.npy"
+                if not path.is_file():
+                    bad[chunk] = f"{path} is missing"
+                    break
+                if name in sums and _crc(path) != int(sums[name]):
+                    bad[chunk] = f"{path} does not match its checksum"
+                    break
+        return bad
+
     def done_chunks(self, run_id: str) -> set[int]:
+        """The chunks already written, for resuming: orphan temporary files of dead writers are
+        removed and damaged or missing chunks are dropped from the catalog (so they are computed
+        again)."""
+        self.remove_orphans(run_id)
+        damaged = self.damaged_chunks(run_id) if not self.read_only else {}
+        if damaged:
+            with self._connect() as con:
+                con.executemany("DELETE FROM chunks WHERE run_id = ? AND chunk = ?", [(run_id, c) for c in damaged])
         with self._connect() as con:
             return {r[0] for r in con.execute("SELECT chunk FROM chunks WHERE run_id = ?", (run_id,))}
 
     def write_chunk(self, run_id: str, chunk: int, start: int, arrays: dict[str, np.ndarray]) -> None:
-        """Write one chunk of samples [start, start + n) atomically, then record it."""
+        """Write one chunk of samples [start, start + n) atomically, then record it with the
+        CRC-32 of each file."""
+        self._check_writable()
         n = {a.shape[0] for a in arrays.values()}
         if len(n) != 1:
             raise ValueError(f"all arrays of a chunk need the same number of samples, got {n}")
         stop = start + n.pop()
         base = self._run_dir(run_id)
+        sums: dict[str, int] = {}
         for name, arr in arrays.items():
             folder = base / name
-            folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"{chunk:06d}.npy"
             tmp = folder / f".{chunk:06d}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as fh:
-                np.save(fh, np.ascontiguousarray(arr))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                with open(tmp, "wb") as fh:
+                    np.save(fh, np.ascontiguousarray(arr))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, final)
+                _fsync_dir(folder)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise StoreError(f"writing chunk {chunk} of run {run_id} failed: {_os_error(exc, self.home)}") from exc
+            sums[name] = _crc(final)
         with self._connect() as con:
-            con.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?)", (run_id, chunk, start, stop))
+            con.execute("INSERT OR REPLACE INTO chunks (run_id, chunk, start, stop, checksum) VALUES (?, ?, ?, ?, ?)",
+                        (run_id, chunk, start, stop, json.dumps(sums, sort_keys=True)))
 
     def finish_run(self, run_id: str, n_samples: int) -> None:
+        self._check_writable()
         with self._connect() as con:
             con.execute(
                 "UPDATE runs SET status = 'complete', n_samples = ?, finished = ? WHERE run_id = ?",
                 (n_samples, time.time(), run_id),
             )
 
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a finished run as running again (to recompute damaged chunks)."""
+        self._check_writable()
+        with self._connect() as con:
+            con.execute("UPDATE runs SET status = 'running', finished = NULL WHERE run_id = ?", (run_id,))
+
     def delete_run(self, run_id: str) -> None:
+        self._check_writable()
         rec = self.get_run(run_id)
         with self._connect() as con:
             con.execute("DELETE FROM chunks WHERE run_id = ?", (rec.run_id,))
@@ -299,18 +474,26 @@ class Store:
             )
         with self._connect() as con:
             chunks = con.execute(
-                "SELECT chunk, start, stop FROM chunks WHERE run_id = ? ORDER BY start", (rec.run_id,)
+                "SELECT chunk, start, stop, checksum FROM chunks WHERE run_id = ? ORDER BY start", (rec.run_id,)
             ).fetchall()
         base = self._run_dir(rec.run_id)
         parts: dict[str, list[np.ndarray]] = {}
         for name, spec in rec.layout["variables"].items():
             parts[name] = []
-            for chunk, start, stop in chunks:
+            for chunk, start, stop, checksum in chunks:
                 path = base / name / f"{chunk:06d}.npy"
+                sums = json.loads(checksum) if checksum else {}
                 try:
-                    arr = np.load(path, allow_pickle=False)
+                    raw = path.read_bytes()
+                    if name in sums and zlib.crc32(raw) != int(sums[name]):
+                        raise DamagedRunError(
+                            f"run {rec.run_id} is damaged: chunk {chunk} ({path}) does not match its checksum; run the "
+                            "same evaluation again to recompute the damaged chunks"
+                        )
+                    arr = np.load(io.BytesIO(raw), allow_pickle=False)
                 except FileNotFoundError:
-                    raise StoreError(f"store is corrupt: {path} is listed in the catalog but missing") from None
+                    raise DamagedRunError(f"run {rec.run_id} is damaged: {path} (chunk {chunk}) is listed in the catalog "
+                                          "but missing; run the same evaluation again to recompute it") from None
                 except (ValueError, OSError, EOFError) as exc:
                     raise StoreError(f"store is corrupt: cannot read {path}: {exc}") from exc
                 if arr.shape[0] != stop - start or arr.dtype != np.dtype(spec["dtype"]):
@@ -319,7 +502,7 @@ class Store:
                         f"{stop - start} samples of {spec['dtype']}"
                     )
                 parts[name].append(arr)
-        samples = np.concatenate([np.arange(s, e) for _, s, e in chunks]) if chunks else np.arange(0)
+        samples = np.concatenate([np.arange(s, e) for _, s, e, _ in chunks]) if chunks else np.arange(0)
         attrs = dict(rec.attrs, run_id=rec.run_id, run_name=rec.name, status=rec.status, n_samples=len(samples))
         return assemble_result(rec.layout, parts, samples, attrs)
 
