@@ -196,3 +196,40 @@ def test_a_store_made_before_checksums_still_loads(tmp_path):
     for rec in store.runs():
         assert store.load(rec.run_id).n_samples == 20
         assert store.damaged_chunks(rec.run_id) == {}
+
+
+def test_two_processes_evaluating_the_same_run_compute_it_once(tmp_path):
+    """Before: both computed every chunk, and a forced race reported 'UNIQUE constraint failed'."""
+    home, calls = tmp_path / "s", tmp_path / "calls"
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {SRC!r})
+        import numpy as np, torch
+        from torch import nn
+        import orbitscope as osc
+
+        class Slow(nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(0)
+                self.fc = nn.Linear(64, 5)
+            def forward(self, x):
+                with open({str(calls)!r}, "ab") as fh:
+                    fh.write(b".")
+                time.sleep(0.2)
+                return self.fc(x.flatten(1))
+
+        rng = np.random.default_rng(0)
+        data = rng.random((30, 1, 8, 8), dtype=np.float32), rng.integers(0, 5, 30)
+        run = osc.evaluate(Slow(), data, osc.Rotation([0, 90]), store={str(home)!r}, batch_size=10)
+        print(run.run_id, run.reused, float(run.result.confidence.values.sum()))
+    """)
+    Store(home)  # created once, so both processes open the same catalog
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    lines = [o[0].split() for o in outs]
+    assert lines[0][0] == lines[1][0] and lines[0][2] == lines[1][2]  # same run, same numbers
+    assert sorted(line[1] for line in lines) == ["False", "True"]  # one computed it, the other reused it
+    assert len(calls.read_bytes()) == 3  # 3 chunks, one model call each, computed once in all

@@ -19,6 +19,7 @@ import os
 import platform
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -227,7 +228,7 @@ def evaluate(
     _check_size(source.n, orbit, st, len(task.variables(0)) + (len(task.consensus_variables()) if consensus else 0))
     runner = get_executor(executor)
 
-    with eval_mode(model):  # each submodule's mode is restored exactly afterwards
+    with eval_mode(model), ExitStack() as stack:  # each submodule's mode is restored exactly afterwards
         mhash, mid = _model_identity(model)
         run_model: nn.Module = model
         if optimize:
@@ -289,6 +290,8 @@ def evaluate(
             attrs["view_size"] = config["view_size"]
         skip: set[int] = set()
         if st is not None:
+            # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
+            stack.enter_context(st.run_lock(run_id))
             rec = st.find_run(run_id)
             if rec is not None and resume:
                 if rec.complete:

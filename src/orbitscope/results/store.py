@@ -448,6 +448,33 @@ class Store:
                 (n_samples, time.time(), run_id),
             )
 
+    @contextmanager
+    def run_lock(self, run_id: str) -> Iterator[None]:
+        """Hold the one-writer lock of a run (an ``flock`` on ``runs/<id>.lock``, released by the
+        operating system if the process dies). A second writer of the same run waits here; when it
+        gets the lock the run is complete (reuse it) or partly written (resume it)."""
+        if self.read_only:
+            yield
+            return
+        import fcntl
+        import logging
+
+        path = self.home / "runs" / f"{self._run_dir(run_id).name}.lock"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(path, "a+b")
+        except OSError as exc:
+            raise StoreError(f"cannot lock run {run_id}: {_os_error(exc, self.home)}") from exc
+        try:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                logging.getLogger(__name__).warning("run %s is being written by another process: waiting", run_id)
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            yield
+        finally:
+            fh.close()  # releases the lock
+
     def reopen_run(self, run_id: str) -> None:
         """Mark a finished run as running again (to recompute damaged chunks)."""
         self._check_writable()
