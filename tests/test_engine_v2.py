@@ -152,8 +152,10 @@ def test_bad_inputs_are_clear_errors(digits):
     for bad in (-1, 0, float("nan")):
         with pytest.raises(SpecError, match="memory_budget_mb"):
             osc.evaluate(model, digits, osc.Rotation([0]), memory_budget_mb=bad)
-    with pytest.raises(DataError, match=r"10\^?|1,000,000,000 samples .* GiB"):
+    with pytest.raises(SpecError, match=r"1,000,000,000 samples × 360 orbit elements .* allow_large"):
         osc.evaluate(model, _Huge(), osc.Rotation(range(0, 360, 1)))
+    with pytest.raises(DataError, match=r"1,000,000,000 samples .* GiB"):  # confirmed, but it cannot fit
+        osc.evaluate(model, _Huge(), osc.Rotation(range(0, 360, 1)), allow_large=True)
     with pytest.raises(ValueError, match="channel"):
         osc.evaluate(model, digits, osc.Rotation([0]), normalize=([0.1, 0.2], [0.3, 0.3]))
     with pytest.raises(SpecError, match="3-D"):

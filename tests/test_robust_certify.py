@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from orbitscope.engine.evaluate import DataError, ModelError
+from orbitscope.engine.evaluation import DataError, ModelError
 from orbitscope.robust.certify import CertificationResult, certify, perturbation_stream
 from orbitscope.robust.samplers import LinfUniform
 from orbitscope.robust.sequential import NOT_ROBUST, ROBUST, UNDECIDED, make_test

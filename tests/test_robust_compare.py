@@ -86,7 +86,7 @@ def test_outputs_csv_png_html(comparison: RobustnessComparison, tmp_path) -> Non
 
 
 def test_section_in_the_nero_report(comparison: RobustnessComparison, digits, tmp_path) -> None:
-    from orbitscope.engine.evaluate import evaluate
+    from orbitscope.engine.evaluation import evaluate
     from orbitscope.group import Rotation
     from orbitscope.viz.report import write_report
 

@@ -47,11 +47,12 @@ def evaluate(
     executor: str = typer.Option("local", help="Where chunks run: local, or process (a pool of --workers "
                                  "processes). Results are identical."),
     workers: int = typer.Option(2, help="Processes for --executor process."),
+    yes: bool = typer.Option(False, "--yes", help="Run jobs larger than 20 million model inputs without refusing."),
     force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
 ) -> None:
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
     from ..data.datasets import parse_data_spec
-    from ..engine.evaluate import evaluate as run_evaluate
+    from ..engine.evaluation import evaluate as run_evaluate
     from ..group.parse import parse_orbit
     from ..models.loading import load_user_model
     from ..results.store import Store
@@ -59,6 +60,10 @@ def evaluate(
 
     import torch
 
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device!r}: unknown device; use cpu, cuda, cuda:N or mps") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
     orb = parse_orbit(orbit)
@@ -79,6 +84,7 @@ def evaluate(
             model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
             batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
             interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
+            allow_large=yes,
             progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
         )
         elapsed = time.perf_counter() - t0

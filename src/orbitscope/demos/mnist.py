@@ -30,7 +30,7 @@ import numpy as np
 from torch import nn
 
 from ..data.datasets import ArrayDataset, fashion_mnist, mnist_subset
-from ..engine.evaluate import Run, evaluate
+from ..engine.evaluation import Run, evaluate
 from ..models.equivariant import symmetrize
 from ..group.orbits import Rotation, Rotation90
 from ..viz.plot import nero_plot, save_figure

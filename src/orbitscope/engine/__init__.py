@@ -1,6 +1,6 @@
 """The evaluation engine: plan chunk jobs, evaluate them, write each chunk once."""
 
 from .activations import ActivationProbe
-from .evaluate import DataError, ModelError, Run, evaluate
+from .evaluation import DataError, ModelError, Run, evaluate
 
 __all__ = ["evaluate", "Run", "ModelError", "DataError", "ActivationProbe"]

@@ -45,9 +45,14 @@ def parse_orbit(text: str) -> Orbit:
         SpecError: an unknown form, a bound or step that is not a finite number (``nan``,
             ``inf``), or an orbit of more than :data:`MAX_ORBIT_SIZE` elements (with the count).
     """
-    factors = [f.strip() for f in text.replace("×", " x ").split(" x ") if f.strip()]
-    if not factors:
+    padded = f" {text.replace('×', ' x ')} "
+    parts = [f.strip() for f in padded.split(" x ")]
+    if not any(parts):
         raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
+    if len(parts) > 1 and not all(parts):
+        raise SpecError(f"orbit {text.strip()!r} has a dangling ' x ': a product needs an orbit on both sides, "
+                        "e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'")
+    factors = parts
     orbits = [_parse_single(f) for f in factors]
     kinds = [o.kind for o in orbits]
     if kinds == ["d4", "time_reversal"]:  # the two commute: always NERO's layout (time_reversed, d4)

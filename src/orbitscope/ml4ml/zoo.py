@@ -243,7 +243,7 @@ def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] =
     ``accuracy_identity``, ``accuracy_worst`` and ``worst_level``, ``accuracy_mean``,
     ``all_correct_share`` (images correct at every level), ``n_images``, ``n_correct``.
     """
-    from ..engine.evaluate import evaluate
+    from ..engine.evaluation import evaluate
     from ..group.parse import parse_orbit
     from .matrices import variance_matrices
 

@@ -335,12 +335,17 @@ def _load_archive(p: Path) -> nn.Module:
             f"load it with load_user_model('package.module:factory', weights='{p}')"
         )
     kind = _zip_kind(p)
-    if kind == "export":
-        return torch.export.load(str(p)).module()
-    if kind == "torchscript":
-        with warnings.catch_warnings():  # TorchScript is deprecated upstream but still supported here
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return torch.jit.load(str(p), map_location="cpu")
+    try:
+        if kind == "export":
+            return torch.export.load(str(p)).module()
+        if kind == "torchscript":
+            with warnings.catch_warnings():  # TorchScript is deprecated upstream but still supported here
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return torch.jit.load(str(p), map_location="cpu")
+    except Exception as exc:  # noqa: BLE001 - torch raises many types for damaged archives
+        what = "torch.export" if kind == "export" else "TorchScript"
+        raise ModelError(f"'{p}' looks like a {what} archive but cannot be loaded (damaged, truncated, or written by "
+                         f"another torch version?): {type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from exc
     if kind == "torch_save":
         raise SpecError(
             f"'{p}' is a torch.save file (e.g. a state dict), not a TorchScript or torch.export archive; "
@@ -427,7 +432,10 @@ def load_user_model(
     if not callable(factory):
         raise SpecError(f"'{spec}' resolves to a {type(factory).__name__}, which is not callable; name the function "
                         "or class that builds the model")
-    model = factory(**dict(factory_kwargs or {}))
+    try:
+        model = factory(**dict(factory_kwargs or {}))
+    except Exception as exc:  # noqa: BLE001 - the user's code: report it as the model's failure
+        raise ModelError(f"the model factory '{spec}' raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(model, nn.Module):
         raise ModelError(f"factory '{spec}' returned {type(model).__name__}, expected a torch.nn.Module")
     if weights is None:

@@ -35,7 +35,7 @@ Differences from NERO's code, all deliberate:
 * **Normalisation inside the model.** Like every orbitscope model (see
   :mod:`orbitscope.models.reference`: "any normalisation is the model's own business"), the
   recipes and the demo hand the model raw ``[0, 1]`` images and pass no ``normalize`` to
-  :func:`orbitscope.engine.evaluate.evaluate`; so ``forward`` computes ``(x - mean) / std`` with
+  :func:`orbitscope.engine.evaluation.evaluate`; so ``forward`` computes ``(x - mean) / std`` with
   MNIST's ``mean = 0.1307``, ``std = 0.3081``. NERO applied ``Normalize(0.1307, 0.3081)`` to
   0–255 pixel values (a quirk: those constants are for ``[0, 1]`` values, so its inputs spanned
   about −0.42 … 827); we apply them to ``[0, 1]`` values as they were meant. The 1-pixel padding

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..engine.evaluate import DataError
+from ..engine.evaluation import DataError
 from .certify import certify
 from .samplers import LinfUniform, PerturbationSampler, RandomRotation
 from .sequential import list_tests

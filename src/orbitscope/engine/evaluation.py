@@ -41,7 +41,7 @@ from .executors import Executor, get_executor
 from .model_call import ModelCall, Normalizer
 from .source import DataSource
 
-__all__ = ["evaluate", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for"]
+__all__ = ["evaluate", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +90,21 @@ def plan_jobs(source: DataSource, skip: set[int], seed: int) -> Iterator[ChunkJo
         yield ChunkJob(i, start, start + len(batch[0]), seed + i, batch=batch)
 
 
-def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int) -> None:
+#: Model inputs (samples × orbit elements) above which evaluate asks for ``allow_large=True``.
+MAX_JOB_INPUTS = 20_000_000
+
+
+def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int, allow_large: bool = False) -> None:
     """Refuse evaluations whose results could not possibly fit (memory, or the store's disk)."""
     if n is None:
         return
     cells = n * orbit.size
+    if cells > MAX_JOB_INPUTS and not allow_large:
+        raise SpecError(
+            f"this evaluation would run the model on {n:,} samples × {orbit.size:,} orbit elements = {cells:,} inputs "
+            f"(more than {MAX_JOB_INPUTS:,}; at about 10,000 inputs/s that is {cells / 1e4 / 3600:,.1f} hours on a CPU); "
+            "use a coarser orbit or fewer samples, or confirm with allow_large=True (CLI: --yes)"
+        )
     need = cells * 4 * max(n_vars, 1)  # at least 4 bytes per variable and element
     if store is not None:
         free = shutil.disk_usage(store.home).free
@@ -137,6 +147,7 @@ def evaluate(
     activations: ActivationProbe | Sequence[str] | None = None,
     consensus: bool = False,
     executor: str | Executor | None = None,
+    allow_large: bool = False,
     resume: bool = True,
     progress: Progress | None = None,
 ) -> Run:
@@ -182,6 +193,8 @@ def evaluate(
             ``consensus_agreement``).
         executor: where chunks run: ``"local"`` (default), ``"process"`` (a process pool), or an
             :class:`~orbitscope.engine.executors.Executor`. Results are identical whichever ran.
+        allow_large: run jobs of more than :data:`MAX_JOB_INPUTS` model inputs (samples × orbit
+            elements); without it they are refused with their size.
         resume: reuse a finished run / continue an unfinished one with the same identity.
         progress: called as ``progress(samples_done, n_samples)`` after each chunk.
 
@@ -210,7 +223,12 @@ def evaluate(
     output_kind = get_kind(task.output_kind) if task.output_kind else None
     from ..models.reference import eval_mode, model_device
 
-    device = torch.device(device) if device is not None else model_device(model)
+    try:
+        device = torch.device(device) if device is not None else model_device(model)
+    except RuntimeError as exc:
+        raise SpecError(f"unknown device {device!r}: use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SpecError(f"device {str(device)!r}: CUDA is not available to this torch build ({torch.__version__}); use 'cpu'")
     source = DataSource(data, batch_size, data_id, collate=task.collate)
     transforms = orbit.transforms()
     if transforms.dim != 2 and task.input_kind in ("image", "window", "frames", "flow"):
@@ -225,7 +243,8 @@ def evaluate(
         probe = activations if isinstance(activations, ActivationProbe) else ActivationProbe(tuple(activations))
         probe = probe.resolve(model)
     st = open_store(store) if store is not None else None
-    _check_size(source.n, orbit, st, len(task.variables(0)) + (len(task.consensus_variables()) if consensus else 0))
+    _check_size(source.n, orbit, st, len(task.variables(0)) + (len(task.consensus_variables()) if consensus else 0),
+                allow_large)
     runner = get_executor(executor)
 
     with eval_mode(model), ExitStack() as stack:  # each submodule's mode is restored exactly afterwards
