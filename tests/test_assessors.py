@@ -261,8 +261,10 @@ def test_bundle_round_trip_cnn_and_foreign_files(tmp_path):
     loaded = AssessorBundle.load(tmp_path / "cnn.joblib")
     np.testing.assert_array_equal(loaded.predict_proba(images), bundle.predict_proba(images))
     joblib.dump([1, 2, 3], tmp_path / "other.joblib")
-    with pytest.raises(ValueError, match="not an orbitscope assessor bundle"):
+    with pytest.raises(ValueError, match="joblib pickle.*trust=True"):  # not written by orbitscope: refused
         AssessorBundle.load(tmp_path / "other.joblib")
+    with pytest.raises(ValueError, match="not an orbitscope assessor bundle"):
+        AssessorBundle.load(tmp_path / "other.joblib", trust=True)
 
 
 # --------------------------------------------------------------------------- family cross-validation

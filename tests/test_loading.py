@@ -211,7 +211,9 @@ def _script_and_trace(tmp_path: Path, m: nn.Module) -> list[Path]:
 def test_torchscript_roundtrip(tmp_path: Path) -> None:
     m = _trained_like(ReferenceCNN(**SMALL))
     for path in _script_and_trace(tmp_path, m):
-        loaded = load_user_model(str(path))
+        with pytest.raises(ValueError, match="TorchScript archive .* trust=True"):  # a program: refused by default
+            load_user_model(str(path))
+        loaded = load_user_model(str(path), trust=True)
         assert isinstance(loaded, torch.jit.ScriptModule) and not loaded.training
         _same_outputs(m, loaded)
         with pytest.raises(ValueError, match="weights"):
@@ -234,7 +236,7 @@ def test_torch_export_roundtrip_detected_by_content(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.jit.script(m).save(str(tmp_path / "script.pt2"))
-    assert isinstance(load_user_model(str(tmp_path / "script.pt2")), torch.jit.ScriptModule)
+    assert isinstance(load_user_model(str(tmp_path / "script.pt2"), trust=True), torch.jit.ScriptModule)
 
 
 def test_spec_file_kinds(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from ..viz.reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatt
 from .data import MAX_MODELS, AppData, AppError, Context
 from .state import (
     COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
-    single_element_orbit,
+    single_element_orbit, snap_element,
 )
 from .views import DetailRequest, view_for
 
@@ -115,7 +115,9 @@ def parse_controls(group: Any, models: Any, metric: Any, subset: Any, method: An
                  if isinstance(m, str))[:64]
     try:
         cls = None if subset in (None, "all", "") else int(subset)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: inf (JSON 1e999)
+        cls = None
+    if cls is not None and not -2**31 <= cls < 2**31:  # no class has such a number
         cls = None
     return Selection(
         group=group if isinstance(group, str) else None, runs=runs,
@@ -183,6 +185,16 @@ def _context_of(data: AppData, selection: Any) -> tuple[Selection, Context]:
     ctx = data.context(sel)
     if sel.sample is None or sel.element is None:
         raise AppError("no sample selected")
+    # the selection comes back from the browser: a sample or element that update_selection
+    # would not have chosen (edited, stale) is reported, never looked up
+    if not np.any(np.asarray(ctx.shown) == sel.sample):
+        raise AppError(f"sample {str(sel.sample)[:40]} is not among the samples shown: select another")
+    try:
+        on_grid = set(dict(sel.element)) == set(ctx.coords) and dict(snap_element(ctx.coords, dict(sel.element))) == dict(sel.element)
+    except (TypeError, ValueError, OverflowError):
+        on_grid = False
+    if not on_grid:
+        raise AppError("the selected element is not on the orbit grid: click a plot to select another")
     return sel, ctx
 
 
@@ -360,7 +372,8 @@ def live_detail(data: AppData, selection: Any, live_values: Sequence[Any]) -> li
         dims = live_dims(ctx.results[0].orbit)
         if not dims:
             return [html.P("this orbit has no elements to re-evaluate", id="live-title")]
-        point = _live_point(dims, live_values, sel.element_dict or {})
+        values = live_values if isinstance(live_values, (list, tuple)) else []  # the browser may send anything
+        point = _live_point(dims, values, sel.element_dict or {})
         element = single_element_orbit(ctx.results[0].orbit, point)
     except (AppError, ValueError) as exc:
         return [html.P(str(exc), id="live-title")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import dash
 from dash import ALL, Input, Output, State, html, no_update
@@ -26,7 +26,7 @@ from .layout import (
 )
 from .state import Event
 
-__all__ = ["create_app", "serve", "bind_warning", "make_server"]
+__all__ = ["create_app", "serve", "bind_warning", "loopback_hosts", "make_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,38 @@ _HIDDEN, _SHOWN = {"display": "none"}, {"display": "block"}
 _EVENT_TYPES = {"scatter", "rank", "prev", "next"}
 
 
+#: Largest request body the server reads (callback requests are a few kB); larger: 413.
+MAX_CONTENT_LENGTH = 4 * 1024 * 1024
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def _shaped(value: Any) -> Any:
+    """``value`` (a fallback answer) fitted to the outputs the current request asks for: a
+    wildcard (``ALL``) output needs a list with one entry per matched component, so a bare
+    ``no_update`` or a list of the wrong length there is padded with / cut to ``no_update``
+    entries. Only multi-output answers (tuples) are fitted; outside a request ``value`` is
+    returned as is."""
+    if not isinstance(value, tuple):
+        return value
+    try:
+        specs = dash.callback_context.outputs_list
+    except Exception:  # noqa: BLE001 - no request context (called directly)
+        return value
+    if not isinstance(specs, list):
+        return value
+
+    def fit(items: Any, n: int) -> list[Any]:
+        items = list(items) if isinstance(items, (list, tuple)) else [items] * n
+        return (items + [no_update] * n)[:n]
+
+    values = fit(value, len(specs))
+    return tuple(fit(v, len(spec)) if isinstance(spec, list) else v for v, spec in zip(values, specs))
+
+
 def _guarded(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Log unexpected exceptions and answer ``fallback(message)`` instead of failing."""
+    """Log unexpected exceptions and answer ``fallback(message)`` instead of failing; the
+    fallback is fitted to the request's outputs (see :func:`_shaped`), so it is always a valid
+    Dash answer."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -44,11 +74,16 @@ def _guarded(fallback: Callable[..., Any]) -> Callable[[Callable[..., Any]], Cal
                 return fn(*args)
             except Exception as exc:  # noqa: BLE001 - the server must keep serving
                 logger.exception("callback %s failed", fn.__name__)
-                return fallback(f"internal error in {fn.__name__}: {type(exc).__name__} (see the server log)")
+                return _shaped(fallback(f"internal error in {fn.__name__}: {type(exc).__name__} (see the server log)"))
 
         return guarded
 
     return wrap
+
+
+def _slot(values: Any, i: int) -> Any:
+    """``values[i]`` of a wildcard input (None when the browser sent no such entry)."""
+    return values[i] if isinstance(values, (list, tuple)) and i < len(values) else None
 
 
 def _event(triggered: list[dict[str, Any]], triggered_id: Any, inputs: dict[str, Any]) -> Event:
@@ -61,16 +96,16 @@ def _event(triggered: list[dict[str, Any]], triggered_id: Any, inputs: dict[str,
         if not isinstance(i, int) or not 0 <= i < MAX_MODELS:
             return Event("context")
         if kind == "scatter":
-            click = inputs["scatter"][i]
+            click = _slot(inputs.get("scatter"), i)
             try:
                 return Event("sample", i, click["points"][0]["customdata"])
             except (TypeError, KeyError, IndexError):
                 return Event("context")
         if kind == "rank":
-            return Event("rank", i, inputs["rank"][i])
+            return Event("rank", i, _slot(inputs.get("rank"), i))
         return Event("step", i, -1 if kind == "prev" else 1)
-    if triggered_id in (INDIVIDUAL, AGGREGATE):
-        return Event("element", None, inputs[triggered_id])
+    if isinstance(triggered_id, str) and triggered_id in (INDIVIDUAL, AGGREGATE):
+        return Event("element", None, inputs.get(triggered_id))
     return Event("context")
 
 
@@ -178,7 +213,63 @@ def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | No
     app.layout = lambda: build_layout(data)
     register_callbacks(app, data)
     app.server.config["orbitscope_data"] = data
+    _install_guards(app)
     return app
+
+
+def _install_guards(app: dash.Dash) -> None:
+    """Request-level defences of the Flask server under ``app`` (idempotent):
+
+    * bodies over :data:`MAX_CONTENT_LENGTH` are refused (413);
+    * when ``config["ORBITSCOPE_ALLOWED_HOSTS"]`` is set (see :func:`make_server`), a request
+      whose Host header is not in it gets 403: a page on another site that rebinds its DNS name
+      to 127.0.0.1 cannot read the store through the user's browser;
+    * an exception while answering a callback request (a malformed body, outputs the page does
+      not have) is logged and answered 400 with a short message, never 500 with a traceback.
+    """
+    import flask
+    from werkzeug.exceptions import HTTPException
+
+    server = app.server
+    if server.config.get("orbitscope_guarded"):
+        return
+    server.config["orbitscope_guarded"] = True
+    if server.config.get("MAX_CONTENT_LENGTH") is None:  # Flask's default: None (no limit)
+        server.config["MAX_CONTENT_LENGTH"] = MAX_CONTENT_LENGTH
+    server.config.setdefault("ORBITSCOPE_ALLOWED_HOSTS", None)
+
+    @server.before_request
+    def _check_request() -> Any:
+        limit = server.config.get("MAX_CONTENT_LENGTH")
+        if limit is not None and (flask.request.content_length or 0) > limit:  # refused before it is read
+            return flask.Response(f"request too large (at most {limit} bytes)\n", status=413, mimetype="text/plain")
+        allowed = server.config.get("ORBITSCOPE_ALLOWED_HOSTS")
+        if allowed is not None and (flask.request.host or "").lower() not in allowed:
+            logger.warning("refused a request for host %r (allowed: %s)", flask.request.host[:80], sorted(allowed))
+            return flask.Response("forbidden host: open the interface at the address the server printed\n",
+                                  status=403, mimetype="text/plain")
+        return None
+
+    @server.errorhandler(Exception)
+    def _failed(exc: Exception) -> Any:
+        if isinstance(exc, HTTPException):  # 404, 405, 413 ...: as werkzeug answers them
+            return exc
+        # the message may quote the (large) request: cut it; the traceback at debug level
+        logger.error("request %s %s failed: %s: %s", flask.request.method, flask.request.path[:200],
+                     type(exc).__name__, str(exc)[:300])
+        logger.debug("traceback of the failed request", exc_info=exc)
+        if flask.request.path.endswith("/_dash-update-component"):
+            return flask.jsonify(message=f"malformed callback request ({type(exc).__name__})"), 400
+        return flask.Response("internal error (see the server log)\n", status=500, mimetype="text/plain")
+
+
+def loopback_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host header values a server bound to ``host``:``port`` accepts by default: the
+    loopback names with the port when ``host`` is a loopback address, else None (no check)."""
+    if bind_warning(host) is not None:
+        return None
+    names = {*_LOOPBACK_NAMES, f"[{host}]" if ":" in host else host}
+    return frozenset({f"{n}:{port}" for n in names} | (names if port == 80 else set()))
 
 
 def bind_warning(host: str) -> str | None:
@@ -193,18 +284,35 @@ def bind_warning(host: str) -> str | None:
             "(there is no authentication); bind 127.0.0.1 unless you mean it")
 
 
-def make_server(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050) -> Any:
-    """A threaded WSGI server for ``app`` (``serve_forever()`` to run, ``shutdown()`` to stop)."""
+def make_server(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050, *,
+                allowed_hosts: Iterable[str] | None | str = "auto") -> Any:
+    """A threaded WSGI server for ``app`` (``serve_forever()`` to run, ``shutdown()`` to stop).
+
+    Args:
+        allowed_hosts: Host header values to accept (others get 403). ``"auto"``: the loopback
+            names (localhost, 127.0.0.1, [::1]) with the bound port when ``host`` is a loopback
+            address, no check otherwise (the user bound another host on purpose); None: no check.
+    """
     from werkzeug.serving import make_server as wsgi_server
 
     warning = bind_warning(host)
     if warning:
         logger.warning(warning)
-    return wsgi_server(host, port, app.server, threaded=True)
+    _install_guards(app)
+    server = wsgi_server(host, port, app.server, threaded=True)
+    if allowed_hosts == "auto":
+        allowed = loopback_hosts(host, server.server_port)  # the real port when port=0
+    elif allowed_hosts is None:
+        allowed = None
+    else:
+        allowed = frozenset(h.lower() for h in allowed_hosts)
+    app.server.config["ORBITSCOPE_ALLOWED_HOSTS"] = allowed
+    return server
 
 
-def serve(home: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Serve the interface until interrupted (Ctrl-C)."""
+def serve(home: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050,
+          allowed_hosts: Iterable[str] | None | str = "auto") -> None:
+    """Serve the interface until interrupted (Ctrl-C); ``allowed_hosts`` as in :func:`make_server`."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -212,7 +320,7 @@ def serve(home: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1"
     # leaves the other cores to the user's own jobs
     torch.set_num_threads(1)
     threadpool_limits(1)
-    server = make_server(create_app(home), host, port)
+    server = make_server(create_app(home), host, port, allowed_hosts=allowed_hosts)
     logger.info("orbitscope interface on http://%s:%d/ (Ctrl-C to stop)", "localhost" if host in ("127.0.0.1", "::1") else host, port)
     try:
         server.serve_forever()

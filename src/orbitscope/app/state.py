@@ -162,7 +162,10 @@ def snap_element(coords: Mapping[str, np.ndarray], point: Mapping[str, Any]) -> 
     for dim, grid in coords.items():
         if dim not in point:
             raise ValueError(f"element needs a value for {dim!r}, got {sorted(point)}")
-        value = float(point[dim])
+        try:
+            value = float(point[dim])
+        except OverflowError:  # an int beyond the float range (JSON allows any size)
+            raise ValueError(f"element value for {dim!r} is not finite") from None
         if not math.isfinite(value):
             raise ValueError(f"element value for {dim!r} is not finite")
         grid = np.asarray(grid, dtype=np.float64)
@@ -262,12 +265,12 @@ def apply_event(sel: Selection, event: Event, rankings: Sequence[Any], coords: M
     if event.kind == "sample":
         try:
             candidate = int(event.value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: inf (JSON 1e999)
             candidate = None
         if candidate is not None and np.any(shown == candidate):
             sample = candidate
         else:
-            message = f"sample {event.value!r} is not among the samples shown"
+            message = f"sample {_short(event.value)} is not among the samples shown"
     elif event.kind in ("rank", "step") and event.index is not None and 0 <= event.index < len(rankings):
         ids = _sample_ids(rankings[event.index])
         if ids.size:
@@ -280,13 +283,22 @@ def apply_event(sel: Selection, event: Event, rankings: Sequence[Any], coords: M
     elif event.kind == "element" and isinstance(event.value, Mapping):
         try:
             element = snap_element(coords, event.value)
-        except (ValueError, TypeError):
-            message = f"not an orbit element: {event.value!r}"
+        except (ValueError, TypeError, OverflowError):
+            message = f"not an orbit element: {_short(event.value)}"
     if sample is None or not np.any(shown == sample):
         sample = int(shown[0]) if shown.size else None
     if element is None or set(dict(element)) != set(coords) or snap_element(coords, dict(element)) != element:
         element = snap_element(coords, default_element) if coords else None
     return replace(sel, sample=sample, element=element, message=message)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (values come from the browser: any size)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _as_int(value: Any, default: int) -> int:

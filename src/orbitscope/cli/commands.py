@@ -13,7 +13,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from .common import HomeOption, console, engine_progress, friendly_errors, parse_normalize, progress_bar
+from .common import HomeOption, TrustOption, console, engine_progress, friendly_errors, parse_normalize, progress_bar
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -48,6 +48,7 @@ def evaluate(
                                  "processes). Results are identical."),
     workers: int = typer.Option(2, help="Processes for --executor process."),
     yes: bool = typer.Option(False, "--yes", help="Run jobs larger than 20 million model inputs without refusing."),
+    trust: bool = TrustOption,
     force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
 ) -> None:
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
@@ -70,7 +71,7 @@ def evaluate(
     dataset = parse_data_spec(data)
     if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
         sys.path.insert(0, os.getcwd())
-    net = load_user_model(model, weights)
+    net = load_user_model(model, weights, trust=trust)
     store = Store(home)
     from ..engine.executors import EXECUTORS, get_executor
 

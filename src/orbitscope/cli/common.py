@@ -13,13 +13,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import OrbitscopeError
 
-__all__ = ["console", "err_console", "HomeOption", "USER_ERRORS", "friendly_errors", "progress_bar",
+__all__ = ["console", "err_console", "HomeOption", "TrustOption", "USER_ERRORS", "friendly_errors", "progress_bar",
            "engine_progress", "parse_normalize"]
 
 console = Console()
 err_console = Console(stderr=True)
 
 HomeOption = typer.Option(None, "--home", help="Store directory (default: $ORBITSCOPE_HOME or ./orbitscope-runs).")
+
+TrustOption = typer.Option(False, "--trust", help="Load files that are programs (TorchScript archives, assessor bundles "
+                           "not saved by you): they run code chosen by whoever wrote them.")
 
 #: What the CLI reports as a one-line error (exit status 2): orbitscope's own errors, invalid values
 #: (ValueError), and files or user modules that cannot be found or read. Anything else is a bug

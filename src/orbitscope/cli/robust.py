@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .common import console, engine_progress, err_console, friendly_errors, parse_normalize
+from .common import TrustOption, console, engine_progress, err_console, friendly_errors, parse_normalize
 
 __all__ = ["robust_app", "resolve_model"]
 
@@ -31,7 +31,7 @@ HomeOption = typer.Option(None, "--home", help="Store directory, whose models/ c
 
 
 def resolve_model(spec: str, weights: Path | None = None, home: Path | None = None,
-                  status: Callable[[str], None] | None = None) -> tuple[Any, str]:
+                  status: Callable[[str], None] | None = None, trust: bool = False) -> tuple[Any, str]:
     """A model from a recipe name (``plain``, ``uniform``, …, ``pgd``; trained on first use and
     cached in ``<home>/models``) or anything :func:`orbitscope.models.loading.load_user_model` reads.
     Returns ``(model, display name)``."""
@@ -46,7 +46,7 @@ def resolve_model(spec: str, weights: Path | None = None, home: Path | None = No
     if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
         sys.path.insert(0, os.getcwd())
     name = Path(spec).stem if Path(spec).is_file() else spec.split(":")[-1]
-    return load_user_model(spec, weights), name
+    return load_user_model(spec, weights, trust=trust), name
 
 
 def _default_home() -> Path:
@@ -124,6 +124,7 @@ def certify_command(
     csv: Optional[Path] = typer.Option(None, "--csv", help="Write per-input results (outcome, samples, failures, "
                                        "bound) to this CSV file."),
     home: Optional[Path] = HomeOption,
+    trust: bool = TrustOption,
 ) -> None:
     """Certify every input of a dataset: is its failure probability under random perturbations below κ?"""
     from ..robust.certify import certify
@@ -132,7 +133,7 @@ def certify_command(
     _check_device(device)
     sampler = parse_perturbation(perturbation)
     dataset = balanced_inputs(data, n)
-    net, name = resolve_model(model, weights, home, status=lambda m: err_console.print(f"• {m}"))
+    net, name = resolve_model(model, weights, home, status=lambda m: err_console.print(f"• {m}"), trust=trust)
     with _bar() as bar:
         t0 = time.perf_counter()
         result = certify(net.to(device), dataset, sampler, test=test, kappa=kappa, alpha=alpha, budget=budget,
@@ -201,6 +202,7 @@ def compare_command(
     device: str = typer.Option("cpu", help="Device, e.g. cpu or cuda."),
     seed: int = typer.Option(0, help="Seed of every perturbation and PGD start."),
     home: Optional[Path] = HomeOption,
+    trust: bool = TrustOption,
 ) -> None:
     """Clean, PGD and certified probabilistic robust accuracy of several models over ε and rotations."""
     from ..robust.compare import compare_robustness
@@ -214,7 +216,7 @@ def compare_command(
     say = lambda m: err_console.print(f"• {m}")  # noqa: E731
     nets = {}
     for spec in [m.strip() for m in models.split(",") if m.strip()]:
-        net, name = resolve_model(spec, None, home, status=say)
+        net, name = resolve_model(spec, None, home, status=say, trust=trust)
         nets[name] = net.to(device)
     t0 = time.perf_counter()
     with _bar() as bar:

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from .common import HomeOption, console, err_console, friendly_errors, parse_normalize
+from .common import HomeOption, TrustOption, console, err_console, friendly_errors, parse_normalize
 
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..ml4ml.modeldb import ModelDatabase, ZooModel
@@ -251,6 +251,7 @@ def assess_command(
     normalize: Optional[str] = typer.Option(None, "--normalize", help="Model input normalisation 'MEAN,…/STD,…'."),
     output: Path = typer.Option(Path("assess-panel.png"), "-o", "--output", help="Matrix panel image."),
     home: Optional[Path] = HomeOption,
+    trust: bool = TrustOption,
 ) -> None:
     """Judge a model's invariance with a trained assessor: verdict, probability, top features, matrix panel."""
     import os
@@ -267,7 +268,7 @@ def assess_command(
     if not path.is_file():
         raise FileNotFoundError(f"no assessor at {path}; build a zoo and train one: 'orbitscope zoo train --family "
                                 "mnist-small --n 60' then 'orbitscope zoo fit'")
-    bundle = AssessorBundle.load(path)
+    bundle = AssessorBundle.load(path, trust=trust)
     dataset = parse_data_spec(data)
     if per_class > 0:
         if not hasattr(dataset, "stratified"):
@@ -275,7 +276,7 @@ def assess_command(
         dataset = dataset.stratified(per_class)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    net = load_user_model(model, weights)
+    net = load_user_model(model, weights, trust=trust)
     probe = tuple(v.strip() for v in layers.split(",") if v.strip())
     verdict = assess_model(net, bundle, dataset, orbit=orbit, layers=probe, normalize=parse_normalize(normalize),
                            model_name=Path(model).stem)

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from .reference import model_hash, set_eval_mode
 from .registry import build_model
 from ..errors import ModelError, SpecError, StateDictMismatchError
+from ..trust import UntrustedFileError, require_trust
 
 __all__ = [
     "StateDictMismatchError",
@@ -325,7 +326,7 @@ def _zip_kind(path: Path) -> str:
     return "zip"
 
 
-def _load_archive(p: Path) -> nn.Module:
+def _load_archive(p: Path, trust: bool = False) -> nn.Module:
     fmt = _file_format(p)
     if fmt == "empty":
         raise ModelError(f"model file '{p}' is empty (0 bytes): an interrupted save or download? write it again")
@@ -339,9 +340,13 @@ def _load_archive(p: Path) -> nn.Module:
         if kind == "export":
             return torch.export.load(str(p)).module()
         if kind == "torchscript":
+            require_trust(p, "a TorchScript archive (a program: it can create and overwrite files while loading and "
+                          "in forward)", trust)
             with warnings.catch_warnings():  # TorchScript is deprecated upstream but still supported here
                 warnings.simplefilter("ignore", DeprecationWarning)
                 return torch.jit.load(str(p), map_location="cpu")
+    except UntrustedFileError:
+        raise
     except Exception as exc:  # noqa: BLE001 - torch raises many types for damaged archives
         what = "torch.export" if kind == "export" else "TorchScript"
         raise ModelError(f"'{p}' looks like a {what} archive but cannot be loaded (damaged, truncated, or written by "
@@ -352,6 +357,7 @@ def _load_archive(p: Path) -> nn.Module:
             f"load it with load_user_model('package.module:factory', weights='{p}')"
         )
     if kind == "zip":  # unknown zip layout: try both loaders
+        require_trust(p, "a model archive of unknown layout (TorchScript, which can run code, is tried)", trust)
         errors = []
         for loader in (lambda: torch.jit.load(str(p), map_location="cpu"), lambda: torch.export.load(str(p)).module()):
             try:
@@ -393,6 +399,7 @@ def load_user_model(
     weights: str | os.PathLike[str] | None = None,
     *,
     factory_kwargs: Mapping[str, Any] | None = None,
+    trust: bool = False,
 ) -> nn.Module:
     """Load a user model (eval mode, CPU).
 
@@ -405,6 +412,8 @@ def load_user_model(
         weights: for a factory spec, optional ``.safetensors`` or ``torch.save`` state
             dict (or ``{"state_dict": ...}``) loaded strictly. Not allowed for archives.
         factory_kwargs: keyword arguments for ``factory``.
+        trust: load a TorchScript archive (a program, see :mod:`orbitscope.trust`); without it
+            TorchScript files are refused with an :class:`~orbitscope.trust.UntrustedFileError`.
 
     Raises:
         FileNotFoundError: the spec or weights file does not exist.
@@ -423,7 +432,7 @@ def load_user_model(
             )
         if path.suffix == ".safetensors" or _file_format(path) == "safetensors":
             return load_model(path)
-        return set_eval_mode(_load_archive(path))
+        return set_eval_mode(_load_archive(path, trust))
     looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors")
     if ":" not in spec or looks_like_path and not spec.split(":", 1)[0].replace(".", "").isidentifier():
         raise FileNotFoundError(f"model file not found: '{spec}' (and it is not a 'package.module:factory' spec)")

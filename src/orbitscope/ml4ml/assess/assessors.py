@@ -23,6 +23,8 @@ arXiv 2109.12926.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -600,17 +602,30 @@ class AssessorBundle:
         """Write the bundle to ``path`` with joblib (a pickle)."""
         import joblib
 
+        from ...trust import mark_trusted
+
         payload = {"format": _BUNDLE_FORMAT, "format_version": _BUNDLE_VERSION, **self.__dict__}
         joblib.dump(payload, path)
+        mark_trusted(path)  # this user wrote it: loading it later needs no --trust
 
     @classmethod
-    def load(cls, path: str | PathLike[str]) -> AssessorBundle:
+    def load(cls, path: str | PathLike[str], *, trust: bool = False) -> AssessorBundle:
         """Read a bundle written by :meth:`save`.
 
         Security: the file is a pickle, and loading a pickle runs code chosen by whoever wrote
-        it. Load only bundles you made yourself or got from someone you trust.
+        it. Bundles this user saved load as they are; any other is refused unless ``trust=True``
+        (see :mod:`orbitscope.trust`).
+
+        Raises:
+            UntrustedFileError: a bundle this user did not write, without ``trust=True``.
         """
         import joblib
+
+        from ...trust import require_trust
+
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"no assessor bundle at {path}")
+        require_trust(path, "an assessor bundle (a joblib pickle)", trust)
 
         payload = joblib.load(path)
         if not isinstance(payload, dict) or payload.get("format") != _BUNDLE_FORMAT:
