@@ -17,7 +17,7 @@ import pytest
 
 from orbitscope.app import AppData, Event, create_app, make_server
 from orbitscope.app import callbacks as cb
-from orbitscope.app.server import MAX_CONTENT_LENGTH, _event, loopback_hosts
+from orbitscope.app import server as app_server
 from orbitscope.results.store import Store
 
 from test_app_callbacks import _start, build_store
@@ -101,11 +101,12 @@ def test_huge_subset_falls_back_to_all_samples(subset):
     ({}, "individual"),
 ])
 def test_event_of_missing_wildcard_inputs(inputs, triggered):
-    event = _event([{"prop_id": "x.y"}], triggered, inputs)  # was: TypeError / IndexError / KeyError
+    event = app_server._event([{"prop_id": "x.y"}], triggered, inputs)  # was: TypeError / IndexError / KeyError
     assert event.kind in ("context", "rank", "element") and event.value is None
 
 
 def test_loopback_hosts():
+    loopback_hosts = app_server.loopback_hosts
     assert loopback_hosts("127.0.0.1", 8050) == {"localhost:8050", "127.0.0.1:8050", "[::1]:8050"}
     assert "[::1]:9000" in loopback_hosts("::1", 9000)
     assert loopback_hosts("0.0.0.0", 8050) is None and loopback_hosts("192.168.1.5", 8050) is None
@@ -121,10 +122,8 @@ def _selection_payload(store: Any, outputs_len: int = 4) -> dict[str, Any]:
     data, ids = store
     group = data.groups()[0].key
 
-    def wild(kind: str, prop: str, values: list[Any]) -> dict[str, Any]:
-        return {"id": {"index": "ALL", "type": kind}, "property": prop,
-                "value": values} if False else [{"id": {"index": i, "type": kind}, "property": prop, "value": v}
-                                               for i, v in enumerate(values)]
+    def wild(kind: str, prop: str, values: list[Any]) -> list[dict[str, Any]]:
+        return [{"id": {"index": i, "type": kind}, "property": prop, "value": v} for i, v in enumerate(values)]
 
     def out_wild(kind: str, prop: str, n: int) -> list[dict[str, Any]]:
         return [{"id": {"index": i, "type": kind}, "property": prop} for i in range(n)]
@@ -239,7 +238,7 @@ def test_live_server_host_check(served):
 
 
 def test_live_server_refuses_oversized_posts(served):
-    body = b'{"output": "' + b"x" * (MAX_CONTENT_LENGTH + 1024) + b'"}'
+    body = b'{"output": "' + b"x" * (8 * 1024 * 1024)  # over the 4 MiB limit + b'"}'
     status, _ = _request(served, "POST", "/_dash-update-component", body, headers={"Content-Type": "application/json"})
     assert status == 413
 

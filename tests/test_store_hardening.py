@@ -233,3 +233,33 @@ def test_two_processes_evaluating_the_same_run_compute_it_once(tmp_path):
     assert lines[0][0] == lines[1][0] and lines[0][2] == lines[1][2]  # same run, same numbers
     assert sorted(line[1] for line in lines) == ["False", "True"]  # one computed it, the other reused it
     assert len(calls.read_bytes()) == 3  # 3 chunks, one model call each, computed once in all
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("database is locked", "locked by another process"),
+    ("attempt to write a readonly database", "read-only"),
+    ("database or disk is full", "disk holding .* is full"),
+    ("disk I/O error", "I/O error"),
+    ("file is not a database", "corrupt or not an orbitscope catalog"),
+])
+def test_sqlite_errors_are_named_as_what_they_are(tmp_path, message, expected):
+    from orbitscope.results.store import describe_sqlite_error
+
+    import re
+    assert re.search(expected, describe_sqlite_error(__import__("sqlite3").OperationalError(message), tmp_path / "c"))
+
+
+def test_a_full_disk_during_catalog_creation_is_one_line(tmp_path, monkeypatch):
+    import sqlite3
+
+    real = sqlite3.connect
+
+    def full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(sqlite3, "connect", full)
+    with pytest.raises(StoreError, match="cannot create the store .* disk holding .* is full"):
+        Store(tmp_path / "new")
+    monkeypatch.setattr(sqlite3, "connect", real)
+    assert not list((tmp_path / "new").glob(".catalog*"))  # nothing left behind
+    Store(tmp_path / "new")
