@@ -325,18 +325,16 @@ class AppData:
     def rankings(self, ctx: Context, rank_by: str) -> list[Ranking]:
         """One ranking per compared run over the shown samples (rank 1 = worst / most variable /
         furthest behind the other model, see :data:`orbitscope.app.state.RANK_BY`)."""
-        higher = None  # the metric's own metadata says which way is worse
 
         def compute() -> list[Ranking]:
             out = []
             for i, res in enumerate(ctx.results):
                 if rank_by == "behind_other" and len(ctx.results) > 1:
                     other = ctx.results[1 if i == 0 else 0]
-                    out.append(rank_differences(res, other, ctx.metric, "a_worse", subset=ctx.positions,
-                                                higher_is_better=higher))
+                    out.append(rank_differences(res, other, ctx.metric, "a_worse", subset=ctx.positions))
                 else:
                     by = "most_variable" if rank_by == "most_variable" else "worst"
-                    out.append(rank_samples(res, ctx.metric, by, subset=ctx.positions, higher_is_better=higher))
+                    out.append(rank_samples(res, ctx.metric, by, subset=ctx.positions))
             return out
 
         return self.memo(("rankings", ctx.key, rank_by), compute)

@@ -76,16 +76,16 @@ def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any
     return ctx
 
 
-def _check_frames(ctx: EvalContext, x: Any, y: Any) -> None:
-    """Dense targets (e.g. flow) must live on the input's pixel grid (or the view's)."""
-    size_of = getattr(ctx.target_kind, "frame_size", None)
-    in_size = getattr(ctx.input_kind, "frame_size", None)
-    if size_of is None or in_size is None or not hasattr(y, "shape"):
+def _check_frames(target_kind: Kind, y: Any, frame: dict[str, Any]) -> None:
+    """Dense targets (e.g. flow) must live on the input's pixel grid (or the view's); ``frame``
+    is the targets' action context (``image_size`` of the input, ``view_size`` of a window)."""
+    size_of = getattr(target_kind, "frame_size", None)
+    want = frame.get("view_size") or frame.get("image_size")
+    if size_of is None or want is None or not hasattr(y, "shape"):
         return
-    want = tuple(ctx.action_options.get("view_size") or in_size(x))
     have = tuple(size_of(y))
-    if have != want:
-        raise DataError(f"the targets ({ctx.target_kind.name}) are {have[0]}×{have[1]} pixels but the inputs are "
+    if have != tuple(want):
+        raise DataError(f"the targets ({target_kind.name}) are {have[0]}×{have[1]} pixels but the inputs are "
                         f"{want[0]}×{want[1]}: give targets on the inputs' pixel grid (resample them, and scale "
                         "flow vectors by the same factor)")
 
@@ -130,7 +130,7 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
         raise DataError(f"chunk {job.index} holds {b} inputs but {ctx.target_kind.batch_size(y)} targets")
     action = dict(ctx.action_options)
     target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
-    _check_frames(ctx, x, y)
+    _check_frames(ctx.target_kind, y, target_action)
     per_call = max(1, ctx.forward_batch // max(b, 1))  # elements per warp call
     declared = {v.name: v for v in ctx.task.variables(0)}
     if ctx.probe is not None:

@@ -122,7 +122,7 @@ class ProcessExecutor(Executor):
             try:
                 while pending:
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in sorted(done, key=lambda f: id(f)):
+                    for fut in done:
                         job = pending.pop(fut)
                         result = fut.result()  # re-raises a worker's exception here
                         submit()

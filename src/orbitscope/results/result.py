@@ -34,7 +34,7 @@ from ..group.orbits import Orbit, orbit_from_spec
 from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit",
-           "variable_info", "dataset_metrics"]
+           "variable_info", "declared_variable", "task_of", "dataset_metrics"]
 
 
 
@@ -158,15 +158,7 @@ class OrbitResult:
 
     def task(self) -> Any:
         """The task that produced this result (rebuilt from its spec), or None."""
-        spec = self.data.attrs.get("task")
-        if spec is None:
-            return None
-        from ..tasks.base import task_from_spec
-
-        try:
-            return task_from_spec(json.loads(spec) if isinstance(spec, str) else spec)
-        except (ValueError, KeyError, TypeError):
-            return None
+        return task_of(self.data.attrs.get("task"))
 
     def meta(self, name: str) -> Variable:
         """What variable ``name`` is (:class:`~orbitscope.tasks.variables.Variable`): from its
@@ -174,12 +166,9 @@ class OrbitResult:
         consensus metrics), else the engine's; unknown names are ``real`` with their name as label."""
         if name in self.data and "kind" in self.data[name].attrs:
             return variable_meta(self.data[name])
-        task = self.task()
-        declared = task.variable(name) if task is not None else None
+        declared = declared_variable(name, self.task())
         if declared is not None:
             return declared
-        if name in ENGINE_VARIABLES:
-            return ENGINE_VARIABLES[name]
         return variable_meta(self.data[name]) if name in self.data else Variable(name, "float32", label=name)
 
     # aggregates ---------------------------------------------------------------------------
@@ -266,21 +255,31 @@ def _join(chunks: list[np.ndarray], ragged: bool, name: str) -> np.ndarray:
     return np.concatenate(out)
 
 
-def variable_info(name: str, spec: dict[str, Any], task_spec: Any) -> Variable | None:
-    """The metadata of a stored variable: recorded in the layout, else the task's declaration
-    (rebuilt from its spec), else the engine's own variables."""
-    if "meta" in spec:
-        return Variable.from_json(spec["meta"])
-    if name in ENGINE_VARIABLES:
-        return ENGINE_VARIABLES[name]
-    try:
-        from ..tasks.base import task_from_spec
+def task_of(task_spec: Any) -> Any:
+    """The task a stored spec (a dict or its JSON) describes, or None when it cannot be rebuilt
+    (no spec, or a task kind not registered in this process)."""
+    if task_spec is None:
+        return None
+    from ..tasks.base import task_from_spec
 
-        spec_d = json.loads(task_spec) if isinstance(task_spec, str) else task_spec
-        task = task_from_spec(spec_d) if isinstance(spec_d, dict) else None
+    try:
+        spec = json.loads(task_spec) if isinstance(task_spec, str) else task_spec
+        return task_from_spec(spec) if isinstance(spec, dict) else None
     except (ValueError, KeyError, TypeError):
         return None
-    return task.variable(name) if task is not None else None
+
+
+def declared_variable(name: str, task: Any) -> Variable | None:
+    """What the task declares ``name`` to be, else what the engine's own variables are, else None."""
+    declared = task.variable(name) if task is not None else None
+    return declared if declared is not None else ENGINE_VARIABLES.get(name)
+
+
+def variable_info(name: str, spec: dict[str, Any], task: Any) -> Variable | None:
+    """The metadata of a stored variable: recorded in the layout, else :func:`declared_variable`."""
+    if "meta" in spec:
+        return Variable.from_json(spec["meta"])
+    return declared_variable(name, task)
 
 
 def assemble_result(
@@ -295,13 +294,14 @@ def assemble_result(
     the engine. Each variable's metadata lands in its attrs (see :func:`variable_meta`).
     """
     data = {}
+    task = None if all("meta" in v for v in layout["variables"].values()) else task_of(attrs.get("task"))
     for name, spec in layout["variables"].items():
         chunks = parts.get(name, [])
         orbit_dims = [] if spec.get("per_sample") else list(layout["orbit_dims"])
         orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
         empty = (0, *orbit_shape, *spec["extra_shape"])
         values = _join(chunks, bool(spec.get("ragged")), name) if chunks else np.empty(empty, spec["dtype"])
-        info = variable_info(name, spec, attrs.get("task"))
+        info = variable_info(name, spec, task)
         data[name] = xr.Variable(["sample", *orbit_dims, *spec["extra_dims"]], values,
                                  attrs=info.attrs() if info is not None else None)
     coords: dict[str, Any] = {d: np.asarray(v) for d, v in layout["coords"].items()}
