@@ -177,7 +177,13 @@ def test_a_bit_flip_is_caught_by_the_checksum_and_resume_recomputes_it(tmp_path)
     f.write_bytes(bytes(raw))
     store = Store(home)
     with pytest.raises(DamagedRunError, match=r"chunk 1 .*does not match its checksum"):
-        store.load(run.run_id)
+        store.load(run.run_id, verify=True)
+    lazy = store.load(run.run_id)  # opening checks headers and sizes only; the first read checks the sum
+    lazy.confidence.isel(sample=slice(0, 10)).values  # chunk 0 is intact
+    with pytest.raises(DamagedRunError, match=r"chunk 1 .*does not match its checksum"):
+        lazy.confidence.isel(sample=slice(10, 20)).values
+    with pytest.raises(DamagedRunError, match=r"chunk 1 .*does not match its checksum"):
+        store.load(run.run_id, lazy=False)
     assert set(store.damaged_chunks(run.run_id)) == {1}
     again = evaluate(_model(), data, Rotation([0, 90]), store=home, batch_size=10)  # recomputes chunk 1 only
     np.testing.assert_array_equal(again.result.confidence.values, run.result.confidence.values)

@@ -315,7 +315,7 @@ def evaluate(
             if rec is not None and resume:
                 if rec.complete:
                     try:
-                        loaded = st.load(run_id)
+                        loaded = st.load(run_id, verify=True)
                     except DamagedRunError as exc:  # recompute the damaged chunks, keep the rest
                         log.warning("%s; recomputing the damaged chunks", exc)
                         st.reopen_run(run_id)

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from ..errors import NotFoundError
 
+import hashlib
 import json
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import xarray as xr
@@ -32,9 +33,12 @@ from scipy import stats
 
 from ..group.orbits import Orbit, orbit_from_spec
 from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
+from .lazy import ResultSource
+from .streaming import GroupedMoments, Moments
 
-__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "aggregate", "assemble_result", "check_same_orbit",
-           "variable_info", "declared_variable", "task_of", "dataset_metrics"]
+__all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
+           "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
+           "subset_mask", "fill_value", "CHUNK_SAMPLES"]
 
 
 
@@ -55,70 +59,210 @@ def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0
     return np.clip(lo, 0, 1), np.clip(hi, 0, 1)
 
 
+def t_interval(mean: np.ndarray, sd: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Student-t interval mean ± t_{1-a/2, n-1} · sd / sqrt(n) (elementwise); infinite for n <= 1."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1))
+        half = np.where(n > 1, t * sd / np.sqrt(n), np.inf)
+    return mean - half, mean + half
+
+
 def mean_interval(values: np.ndarray, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and Student-t confidence interval along ``axis`` (NaNs ignored)."""
+    """Mean and Student-t confidence interval along ``axis`` (NaNs ignored), of values in memory
+    (:func:`aggregate` computes the same chunk by chunk)."""
     v = np.asarray(values, dtype=np.float64)
     n = np.sum(~np.isnan(v), axis=axis)
     mean = np.nanmean(v, axis=axis) if v.size else np.full(np.delete(v.shape, axis), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         sd = np.nanstd(v, axis=axis, ddof=1) if v.shape[axis] > 1 else np.zeros_like(mean)
-        t = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1))
-        half = np.where(n > 1, t * sd / np.sqrt(n), np.inf)
-    return mean, mean - half, mean + half
+    lo, hi = t_interval(mean, sd, n, level)
+    return mean, lo, hi
 
 
-def aggregate(data: xr.Dataset | "OrbitResult", variable: str, *, level: float = 0.95, subset: Any = None) -> xr.Dataset:
+def aggregate(data: xr.Dataset | "OrbitResult", variable: str, *, level: float = 0.95, subset: Any = None,
+              by: str | None = None) -> xr.Dataset:
     """Mean of ``variable`` over samples, with a confidence interval per orbit element.
+
+    Computed in one pass over the result's chunks (:class:`~orbitscope.results.streaming.Moments`),
+    so a stored run is never loaded whole; the sufficient statistics are cached in the store
+    (the second call reads a few kilobytes).
 
     Args:
         data: an :class:`OrbitResult` or its dataset.
         variable: e.g. ``"correct"`` (accuracy, Wilson interval) or ``"confidence"`` (t interval).
         level: confidence level of the interval.
-        subset: optional boolean mask or index array over samples (e.g. one class).
+        subset: optional boolean mask or index array over samples (e.g. one class); each
+            sample at most once.
+        by: a per-sample variable (e.g. ``"label"``): one aggregate per distinct value, in one
+            pass; the result gains a leading dim named ``by`` (its sorted values).
 
     Returns:
-        Dataset with ``mean``, ``lower``, ``upper`` (orbit dims) and ``n``; ``attrs["method"]``
-        names the interval.
+        Dataset with ``mean``, ``lower``, ``upper`` (orbit dims, after ``by``) and, with ``by``,
+        ``n`` per group; ``attrs["n"]`` is the number of samples aggregated and
+        ``attrs["method"]`` names the interval.
     """
-    ds = data.data if isinstance(data, OrbitResult) else data
+    res = data if isinstance(data, OrbitResult) else OrbitResult(data)
+    ds = res.data
     if variable not in ds:
         raise NotFoundError(f"no variable {variable!r} in this result; it has {sorted(ds.data_vars)}")
     da = ds[variable]
-    if subset is not None:
-        da = da.isel(sample=np.asarray(subset))
-    axis = da.dims.index("sample")
-    vals = da.values.astype(np.float64)
-    n = vals.shape[axis]
-    dims = [d for d in da.dims if d != "sample"]
+    dims = [str(d) for d in da.dims if d != "sample"]
     coords = {d: da.coords[d] for d in dims if d in da.coords}
     meta = variable_meta(da)
     if meta.kind == "state":
         raise ValueError(f"{variable!r} is a per-sample state ({meta.description or 'not a metric'}); it has no mean: "
                          "aggregate a metric, or use dataset_metrics() for dataset-level ones")
+    if by is not None:
+        grouped = res.grouped_moments(variable, by, subset=subset)
+        m, out_dims = grouped.moments, [by, *dims]
+        coords = {**coords, by: np.asarray(grouped.groups)}
+        n_samples = int(grouped.sizes.sum())
+    else:
+        m, out_dims = res.moments(variable, subset=subset), dims
+        n_samples = _subset_size(res.n_samples, subset)
     if meta.kind == "binary":
-        k = vals.sum(axis=axis)
-        mean = k / n if n else np.full(k.shape, np.nan)
+        k, n = m.total, m.n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(n > 0, k / np.maximum(n, 1), np.nan)
         lo, hi = wilson_interval(k, n, level)
         method = f"Wilson score interval, {level:.0%}"
     else:
-        mean, lo, hi = mean_interval(vals, axis=axis, level=level)
+        mean = m.mean_or_nan()
+        lo, hi = t_interval(mean, np.sqrt(m.variance(ddof=1)) if (m.n > 1).any() else np.zeros_like(mean), m.n, level)
         if meta.bounded:
             lo, hi = np.clip(lo, 0, 1), np.clip(hi, 0, 1)
         method = f"Student-t interval for the mean, {level:.0%}"
-    return xr.Dataset(
-        {"mean": (dims, mean), "lower": (dims, lo), "upper": (dims, hi)},
-        coords=coords,
-        attrs={"variable": variable, "n": int(n), "method": method, "level": level},
-    )
+    variables = {"mean": (out_dims, mean), "lower": (out_dims, lo), "upper": (out_dims, hi)}
+    if by is not None:
+        variables["n"] = ((by,), grouped.sizes)
+    return xr.Dataset(variables, coords=coords,
+                      attrs={"variable": variable, "n": n_samples, "method": method, "level": level})
+
+
+def subset_mask(n: int, subset: Any) -> np.ndarray | None:
+    """A subset of samples (None, a boolean mask over the ``n`` samples, or positions, each at
+    most once) as a boolean mask (None for all samples)."""
+    if subset is None:
+        return None
+    sub = np.asarray(subset)
+    if sub.dtype == bool:
+        if sub.shape != (n,):
+            raise ValueError(f"a boolean subset needs one entry per sample ({n}), got shape {sub.shape}")
+        return sub
+    pos = sub.astype(np.int64).reshape(-1)
+    if pos.size and (pos.min() < -n or pos.max() >= n):
+        raise IndexError(f"subset positions must be in [0, {n}), got {pos.min()}..{pos.max()}")
+    mask = np.zeros(n, bool)
+    mask[pos] = True
+    if int(mask.sum()) != pos.size:
+        raise ValueError("the subset lists a sample twice: give each sample position at most once")
+    return mask
+
+
+def _subset_size(n: int, subset: Any) -> int:
+    mask = subset_mask(n, subset)
+    return n if mask is None else int(mask.sum())
+
+
+def _subset_key(mask: np.ndarray | None) -> str:
+    if mask is None:
+        return "all"
+    return "mask-" + hashlib.sha256(np.packbits(mask).tobytes() + str(mask.size).encode()).hexdigest()[:16]
+
+
+#: Samples per pass of :meth:`OrbitResult.chunks` when the result's stored chunking is not known.
+CHUNK_SAMPLES = 4096
 
 
 class OrbitResult:
     """Results of evaluating one model over one orbit of one dataset."""
 
-    def __init__(self, data: xr.Dataset) -> None:
+    def __init__(self, data: xr.Dataset, source: ResultSource | None = None) -> None:
         if "sample" not in data.dims:
             raise ValueError("an OrbitResult needs a 'sample' dimension")
         self.data = data
+        #: where a stored result comes from (its chunks and aggregate cache); None in memory
+        self.source = source if source is not None and source.bounds.n == data.sizes["sample"] else None
+
+    # reading ------------------------------------------------------------------------------
+    def load(self) -> "OrbitResult":
+        """This result with every variable read into memory (the lazy original is unchanged)."""
+        return OrbitResult(self.data.copy(deep=False).load(), self.source)
+
+    def chunks(self, variables: Sequence[str] | None = None, *,
+               size: int = CHUNK_SAMPLES) -> Iterator[tuple[slice, "OrbitResult"]]:
+        """The result in consecutive pieces of samples, each in memory: ``(positions, piece)``.
+
+        A stored result is cut at its stored chunks (each read once); others in pieces of
+        ``size`` samples. ``variables`` restricts what is read (default: all).
+        """
+        names = list(self.data.data_vars) if variables is None else list(dict.fromkeys(variables))
+        ds = self.data[names]
+        if self.source is not None:
+            bounds = list(zip(self.source.bounds.starts.tolist(), self.source.bounds.stops.tolist()))
+        else:
+            n = self.n_samples
+            bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
+        for a, b in bounds:
+            yield slice(a, b), OrbitResult(ds.isel(sample=slice(a, b)).load())
+
+    def _cached(self, what: str, compute: Callable[[], Any], codec: Any) -> Any:
+        src = self.source
+        if src is None or src.cache is None:
+            return compute()
+        key = src.cache_key(what)
+        raw = src.cache.get(key)
+        if raw is not None:
+            try:
+                return codec.from_bytes(raw)
+            except (ValueError, OSError, KeyError):  # an unreadable entry is recomputed
+                pass
+        value = compute()
+        src.cache.put(key, value.to_bytes())
+        return value
+
+    def moments(self, variable: str, *, subset: Any = None) -> Moments:
+        """Count, total, mean and squared deviations of ``variable`` per cell (orbit element ×
+        extra dims), over all samples or a ``subset``, in one pass over the chunks (cached)."""
+        da = self.data[variable]
+        dims = [d for d in da.dims if d != "sample"]
+        mask = subset_mask(self.n_samples, subset)
+
+        def compute() -> Moments:
+            total = Moments.empty(tuple(da.sizes[d] for d in dims))
+            for where, piece in self.chunks([variable]):
+                values = piece.data[variable].transpose("sample", *dims).values
+                total = total.update(values if mask is None else values[mask[where]])
+            return total
+
+        return self._cached(f"moments:{variable}:{_subset_key(mask)}", compute, Moments)
+
+    def grouped_moments(self, variable: str, by: str, *, subset: Any = None) -> GroupedMoments:
+        """:meth:`moments` per distinct value of the per-sample variable ``by`` (e.g. ``label``),
+        in one pass (cached)."""
+        if by not in self.data or self.data[by].dims != ("sample",):
+            raise ValueError(f"cannot group by {by!r}: it is not a per-sample variable of this result "
+                             f"(per-sample: {sorted(str(k) for k, v in self.data.data_vars.items() if v.dims == ('sample',))})")
+        da = self.data[variable]
+        dims = [d for d in da.dims if d != "sample"]
+        mask = subset_mask(self.n_samples, subset)
+
+        def pieces() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for where, piece in self.chunks([variable, by]):
+                values = piece.data[variable].transpose("sample", *dims).values
+                groups = piece.data[by].values
+                if mask is not None:
+                    values, groups = values[mask[where]], groups[mask[where]]
+                yield values, groups
+
+        return self._cached(f"grouped:{variable}:{by}:{_subset_key(mask)}", lambda: GroupedMoments.accumulate(pieces()),
+                            GroupedMoments)
+
+    def per_sample(self, variables: Sequence[str], fn: Callable[["OrbitResult"], np.ndarray]) -> np.ndarray:
+        """``fn(piece)`` of each piece of :meth:`chunks` (one value per sample), concatenated:
+        per-sample orbit summaries without holding the run in memory."""
+        parts = [np.asarray(fn(piece)) for _, piece in self.chunks(variables)]
+        return np.concatenate(parts) if parts else np.empty(0)
 
     # provenance ---------------------------------------------------------------------------
     @property
@@ -172,9 +316,10 @@ class OrbitResult:
         return variable_meta(self.data[name]) if name in self.data else Variable(name, "float32", label=name)
 
     # aggregates ---------------------------------------------------------------------------
-    def aggregate(self, variable: str = "correct", *, level: float = 0.95, subset: Any = None) -> xr.Dataset:
+    def aggregate(self, variable: str = "correct", *, level: float = 0.95, subset: Any = None,
+                  by: str | None = None) -> xr.Dataset:
         """See :func:`aggregate`."""
-        return aggregate(self, variable, level=level, subset=subset)
+        return aggregate(self, variable, level=level, subset=subset, by=by)
 
     def primary_metric(self) -> str:
         """The variable views show by default: ``correct`` when recorded, else the task's first
@@ -229,7 +374,7 @@ class OrbitResult:
         return bool(self.data.drop_attrs().identical(other.data.drop_attrs()))
 
 
-def _fill_value(dtype: np.dtype) -> Any:
+def fill_value(dtype: np.dtype) -> Any:
     """Padding for ragged variables: NaN for floats, -1 for signed integers, 0 otherwise."""
     if np.issubdtype(dtype, np.floating):
         return np.nan
@@ -247,7 +392,7 @@ def _join(chunks: list[np.ndarray], ragged: bool, name: str) -> np.ndarray:
         raise ValueError(f"variable {name!r} has different shapes in different chunks ({sorted(shapes)}); only "
                          "variables declared ragged (e.g. a varying number of boxes) may")
     big = tuple(max(sh[i] for sh in shapes) for i in range(len(next(iter(shapes)))))
-    fill = _fill_value(chunks[0].dtype)
+    fill = fill_value(chunks[0].dtype)
     out = []
     for c in chunks:
         pad = [(0, 0)] + [(0, big[i] - c.shape[1 + i]) for i in range(len(big))]
@@ -285,29 +430,39 @@ def variable_info(name: str, spec: dict[str, Any], task: Any) -> Variable | None
 def assemble_result(
     layout: dict[str, Any], parts: dict[str, list[np.ndarray]], samples: np.ndarray, attrs: dict[str, Any]
 ) -> OrbitResult:
-    """Build an :class:`OrbitResult` from per-chunk arrays (sample-major, in sample order).
+    """Build an in-memory :class:`OrbitResult` from per-chunk arrays (sample-major, in sample order).
 
     ``layout`` holds ``orbit_dims``, ``orbit_shape``, ``coords`` (per orbit dim) and ``variables``
     (name -> ``dtype``, ``extra_dims``, ``extra_shape``, optional ``per_sample``: the variable has
     no orbit dims, e.g. the label or the stored input; optional ``ragged``: its extra shape may
     differ between chunks and is padded; optional ``meta``: its :class:`Variable`), as recorded by
-    the engine. Each variable's metadata lands in its attrs (see :func:`variable_meta`).
+    the engine.
     """
+    values = {}
+    for name, spec in layout["variables"].items():
+        chunks = parts.get(name, [])
+        orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
+        empty = (0, *orbit_shape, *spec["extra_shape"])
+        values[name] = _join(chunks, bool(spec.get("ragged")), name) if chunks else np.empty(empty, spec["dtype"])
+    return result_from_arrays(layout, values, samples, attrs)
+
+
+def result_from_arrays(layout: dict[str, Any], values: dict[str, Any], samples: np.ndarray, attrs: dict[str, Any],
+                       source: ResultSource | None = None) -> OrbitResult:
+    """An :class:`OrbitResult` over one array per variable (in memory, or lazy: anything an
+    :class:`xarray.Variable` accepts) laid out as ``layout`` says (see :func:`assemble_result`).
+    Each variable's metadata lands in its attrs (see :func:`variable_meta`)."""
     data = {}
     task = None if all("meta" in v for v in layout["variables"].values()) else task_of(attrs.get("task"))
     for name, spec in layout["variables"].items():
-        chunks = parts.get(name, [])
         orbit_dims = [] if spec.get("per_sample") else list(layout["orbit_dims"])
-        orbit_shape = [] if spec.get("per_sample") else list(layout["orbit_shape"])
-        empty = (0, *orbit_shape, *spec["extra_shape"])
-        values = _join(chunks, bool(spec.get("ragged")), name) if chunks else np.empty(empty, spec["dtype"])
         info = variable_info(name, spec, task)
-        data[name] = xr.Variable(["sample", *orbit_dims, *spec["extra_dims"]], values,
+        data[name] = xr.Variable(["sample", *orbit_dims, *spec["extra_dims"]], values[name],
                                  attrs=info.attrs() if info is not None else None)
     coords: dict[str, Any] = {d: np.asarray(v) for d, v in layout["coords"].items()}
     coords["sample"] = np.asarray(samples, dtype=np.int64)
     clean = {k: (json.dumps(v) if isinstance(v, (dict, list, tuple)) else v) for k, v in attrs.items() if v is not None}
-    return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean))
+    return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean), source)
 
 
 def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:

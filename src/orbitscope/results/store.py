@@ -13,34 +13,45 @@ catalog: loading verifies it (a damaged chunk is reported by run and chunk) and 
 damaged or missing chunks. The folder is fsynced after each rename, so a power loss cannot leave
 the catalog listing a chunk that is not on disk. A store that cannot be written (a read-only mount,
 another user's files) is opened read-only: everything that reads works. Arrays are plain ``.npy`` files (readable
-with numpy alone, memory-mappable); :meth:`OrbitResult.data` exports to Zarr/NetCDF through xarray.
+with numpy alone, memory-mappable). :meth:`Store.load` returns a *lazy* result over them (read on
+demand and by selection, :mod:`orbitscope.results.lazy`); aggregates computed from a run are kept
+in the catalog's ``aggregates`` table, keyed by a digest of the run's chunks, so they are computed
+once (:mod:`orbitscope.results.streaming`). :meth:`OrbitResult.data` exports to Zarr/NetCDF
+through xarray.
 """
 
 from __future__ import annotations
 
 import errno
-import io
+import hashlib
 import json
 import os
 import re
 import shutil
 import sqlite3
 import time
-import zlib
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-from ..errors import DamagedRunError, StoreError
-from .result import OrbitResult, assemble_result
+from ..errors import StoreError
+from .lazy import (ChunkBounds, ChunkFile, ResultSource, RowChunkedArray, check_chunk_file, file_crc, lazy_variable,
+                   read_chunk_file, verify_chunk_file)
+from .result import OrbitResult, fill_value, result_from_arrays
 
 __all__ = ["Store", "StoreError", "RunRecord", "default_home", "open_store"]
 
 _FORMAT = "orbitscope-store"
 _VERSION = 1
 _CATALOG = "catalog.sqlite"
+
+#: Cached aggregates (see :meth:`Store.cache_get`): safe to drop at any time.
+_AGGREGATES = """
+CREATE TABLE IF NOT EXISTS aggregates (
+    run_id TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, created REAL NOT NULL,
+    PRIMARY KEY (run_id, key))"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,7 +66,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS chunks (
     run_id TEXT NOT NULL, chunk INTEGER NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
     checksum TEXT, PRIMARY KEY (run_id, chunk));
-"""
+""" + _AGGREGATES + ";"
+
 
 _TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp$")
 _TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
@@ -72,11 +84,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
-
-
-def _crc(path: Path) -> int:
-    with open(path, "rb") as fh:
-        return zlib.crc32(fh.read())
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -258,6 +265,7 @@ class Store:
                 cols = {r[1] for r in con.execute("PRAGMA table_info(chunks)")}
                 if "checksum" not in cols:
                     con.execute("ALTER TABLE chunks ADD COLUMN checksum TEXT")
+                con.execute(_AGGREGATES)  # the aggregate cache, added to stores made before it
 
     # -- models ------------------------------------------------------------------------------
     def register_model(self, model_id: str, name: str, model_hash: str, info: dict[str, Any] | None = None) -> None:
@@ -393,7 +401,7 @@ class Store:
                 if not path.is_file():
                     bad[chunk] = f"{path} is missing"
                     break
-                if name in sums and _crc(path) != int(sums[name]):
+                if name in sums and file_crc(path) != int(sums[name]):
                     bad[chunk] = f"{path} does not match its checksum"
                     break
         return bad
@@ -435,7 +443,7 @@ class Store:
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
                 raise StoreError(f"writing chunk {chunk} of run {run_id} failed: {_os_error(exc, self.home)}") from exc
-            sums[name] = _crc(final)
+            sums[name] = file_crc(final)
         with self._connect() as con:
             con.execute("INSERT OR REPLACE INTO chunks (run_id, chunk, start, stop, checksum) VALUES (?, ?, ?, ?, ?)",
                         (run_id, chunk, start, stop, json.dumps(sums, sort_keys=True)))
@@ -480,58 +488,133 @@ class Store:
         self._check_writable()
         with self._connect() as con:
             con.execute("UPDATE runs SET status = 'running', finished = NULL WHERE run_id = ?", (run_id,))
+            con.execute("DELETE FROM aggregates WHERE run_id = ?", (run_id,))
 
     def delete_run(self, run_id: str) -> None:
         self._check_writable()
         rec = self.get_run(run_id)
         with self._connect() as con:
             con.execute("DELETE FROM chunks WHERE run_id = ?", (rec.run_id,))
+            con.execute("DELETE FROM aggregates WHERE run_id = ?", (rec.run_id,))
             con.execute("DELETE FROM runs WHERE run_id = ?", (rec.run_id,))
         shutil.rmtree(self._run_dir(rec.run_id), ignore_errors=True)
 
     # -- reading -----------------------------------------------------------------------------
-    def load(self, run_id: str, *, allow_partial: bool = False) -> OrbitResult:
-        """Load a run's result. An unfinished run raises unless ``allow_partial`` (then the
-        recorded chunks are returned, in sample order)."""
+    def load(self, run_id: str, *, allow_partial: bool = False, lazy: bool = True, verify: bool = False) -> OrbitResult:
+        """A run's result. An unfinished run raises unless ``allow_partial`` (then the recorded
+        chunks are returned, in sample order: a consistent prefix of a run being written).
+
+        Args:
+            lazy: variables are read on demand and by selection (memory-mapped chunks, see
+                :mod:`orbitscope.results.lazy`); ``False`` reads everything into memory now.
+            verify: check every chunk's CRC-32 now (one file at a time) instead of on first read.
+
+        Every chunk file's header and size are checked when the run is opened (a missing,
+        truncated or foreign file raises here); a lazy result verifies each chunk's checksum
+        the first time it reads it, raising :class:`DamagedRunError` naming the chunk.
+        """
         rec = self.get_run(run_id)
         if not rec.complete and not allow_partial:
             raise StoreError(
                 f"run {rec.run_id} is not complete ({rec.chunks_done} chunks written, status {rec.status}); "
                 "resume it by running the same evaluation again, or pass allow_partial=True"
             )
-        with self._connect() as con:
-            chunks = con.execute(
-                "SELECT chunk, start, stop, checksum FROM chunks WHERE run_id = ? ORDER BY start", (rec.run_id,)
-            ).fetchall()
+        chunks = self._chunk_rows(rec.run_id)
         base = self._run_dir(rec.run_id)
-        parts: dict[str, list[np.ndarray]] = {}
+        sizes = [stop - start for _, start, stop, _ in chunks]
+        bounds = ChunkBounds.from_sizes(sizes)
+        values: dict[str, Any] = {}
         for name, spec in rec.layout["variables"].items():
-            parts[name] = []
+            files = []
             for chunk, start, stop, checksum in chunks:
-                path = base / name / f"{chunk:06d}.npy"
                 sums = json.loads(checksum) if checksum else {}
-                try:
-                    raw = path.read_bytes()
-                    if name in sums and zlib.crc32(raw) != int(sums[name]):
-                        raise DamagedRunError(
-                            f"run {rec.run_id} is damaged: chunk {chunk} ({path}) does not match its checksum; run the "
-                            "same evaluation again to recompute the damaged chunks"
-                        )
-                    arr = np.load(io.BytesIO(raw), allow_pickle=False)
-                except FileNotFoundError:
-                    raise DamagedRunError(f"run {rec.run_id} is damaged: {path} (chunk {chunk}) is listed in the catalog "
-                                          "but missing; run the same evaluation again to recompute it") from None
-                except (ValueError, OSError, EOFError) as exc:
-                    raise StoreError(f"store is corrupt: cannot read {path}: {exc}") from exc
-                if arr.shape[0] != stop - start or arr.dtype != np.dtype(spec["dtype"]):
-                    raise StoreError(
-                        f"store is corrupt: {path} has shape {arr.shape} / dtype {arr.dtype}, expected "
-                        f"{stop - start} samples of {spec['dtype']}"
-                    )
-                parts[name].append(arr)
+                files.append(ChunkFile(base / name / f"{chunk:06d}.npy", rec.run_id, chunk, stop - start,
+                                       np.dtype(spec["dtype"]), int(sums[name]) if name in sums else None))
+            shapes = [check_chunk_file(f) for f in files]
+            if verify:
+                for f in files:
+                    verify_chunk_file(f)
+            extra = _extra_shape(name, spec, shapes, rec.layout)
+            values[name] = RowChunkedArray((bounds.n, *extra), np.dtype(spec["dtype"]), bounds,
+                                           _reader(files), fill=fill_value(np.dtype(spec["dtype"])))
         samples = np.concatenate([np.arange(s, e) for _, s, e, _ in chunks]) if chunks else np.arange(0)
         attrs = dict(rec.attrs, run_id=rec.run_id, run_name=rec.name, status=rec.status, n_samples=len(samples))
-        return assemble_result(rec.layout, parts, samples, attrs)
+        source = ResultSource(rec.run_id, bounds, _version(rec, chunks), _RunCache(self, rec.run_id))
+        result = result_from_arrays(rec.layout, {k: lazy_variable(v) for k, v in values.items()}, samples, attrs,
+                                    source=source)
+        return result if lazy else result.load()
+
+    def _chunk_rows(self, run_id: str) -> list[tuple[int, int, int, str | None]]:
+        with self._connect() as con:
+            return con.execute(
+                "SELECT chunk, start, stop, checksum FROM chunks WHERE run_id = ? ORDER BY start", (run_id,)
+            ).fetchall()
+
+    # -- cached aggregates ---------------------------------------------------------------------
+    def cache_get(self, run_id: str, key: str) -> bytes | None:
+        """A cached aggregate of a run (None when absent, or when the catalog predates the cache)."""
+        try:
+            with self._connect() as con:
+                row = con.execute("SELECT value FROM aggregates WHERE run_id = ? AND key = ?", (run_id, key)).fetchone()
+        except StoreError:
+            return None
+        return None if row is None else bytes(row[0])
+
+    def cache_put(self, run_id: str, key: str, value: bytes) -> None:
+        """Keep an aggregate of a run (a no-op on a read-only store); entries of earlier versions
+        of the run's chunks are dropped."""
+        if self.read_only:
+            return
+        version = key.split("|", 1)[0]
+        try:
+            with self._connect() as con:
+                con.execute("DELETE FROM aggregates WHERE run_id = ? AND substr(key, 1, ?) != ?",
+                            (run_id, len(version), version))
+                con.execute("INSERT OR REPLACE INTO aggregates VALUES (?, ?, ?, ?)", (run_id, key, value, time.time()))
+        except StoreError:  # a locked or full catalog: the aggregate is simply not cached
+            return
+
+    def clear_cache(self, run_id: str) -> None:
+        if self.read_only:
+            return
+        with self._connect() as con:
+            con.execute("DELETE FROM aggregates WHERE run_id = ?", (run_id,))
+
+
+class _RunCache:
+    """The cache interface a :class:`ResultSource` expects, for one run of one store."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+
+    def get(self, key: str) -> bytes | None:
+        return self.store.cache_get(self.run_id, key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.store.cache_put(self.run_id, key, value)
+
+
+def _reader(files: list[ChunkFile]) -> Any:
+    return lambda i: read_chunk_file(files[i])
+
+
+def _extra_shape(name: str, spec: dict[str, Any], shapes: list[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
+    """The shape after ``sample`` of a stored variable; ragged variables take the largest."""
+    extras = {sh[1:] for sh in shapes}
+    if not extras:  # no chunks yet
+        return (*([] if spec.get("per_sample") else layout["orbit_shape"]), *spec["extra_shape"])
+    if len(extras) == 1:
+        return next(iter(extras))
+    if not spec.get("ragged") or len({len(e) for e in extras}) != 1:
+        raise StoreError(f"variable {name!r} has different shapes in different chunks ({sorted(extras)}); only "
+                         "variables declared ragged (e.g. a varying number of boxes) may")
+    return tuple(max(e[i] for e in extras) for i in range(len(next(iter(extras)))))
+
+
+def _version(rec: RunRecord, chunks: list[tuple[int, int, int, str | None]]) -> str:
+    """Changes whenever the run's chunks (or their checksums) do."""
+    text = json.dumps([rec.status, rec.n_samples, chunks])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _looks_like_id(text: str) -> bool:

@@ -1,0 +1,273 @@
+"""Lazy, chunked arrays behind an :class:`xarray.Dataset`: read on demand, by selection.
+
+A stored run is a sequence of chunks of samples (``[start, stop)`` positions along ``sample``),
+one ``.npy`` file per variable per chunk (see :mod:`orbitscope.results.store`).
+:class:`RowChunkedArray` presents such a sequence as one array to xarray's lazy indexing
+machinery (an :class:`xarray.backends.BackendArray` with *outer* indexing support): selecting a
+sample range, an orbit element or a class subset reads only the chunks that hold the selected
+samples, each memory-mapped for the duration of the read and copied out, so a selection costs
+memory proportional to its own size, never to the run's. Nothing is cached between reads: a
+repeated selection reads again (call ``.load()`` on a small result to keep it in memory).
+
+The same class serves *derived* variables (e.g. NERO's consensus scores, a function of each
+sample's stored probabilities): their chunks are computed on demand instead of read.
+
+Why memory-mapped ``.npy`` chunks and not Zarr or dask: the store's guarantees (atomic chunk
+files, CRC-32 per chunk, resume bit-identical, consistent prefixes for concurrent readers) are
+built on exactly these files, existing stores open unchanged, and xarray's own lazy indexing
+gives selection by label without a task scheduler. ``benchmarks/lazy_backend.py`` measures the
+alternatives side by side.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from xarray.backends import BackendArray
+from xarray.core import indexing
+
+from ..errors import DamagedRunError, StoreError
+
+__all__ = ["ChunkBounds", "RowChunkedArray", "ChunkFile", "read_chunk_file", "check_chunk_file", "lazy_variable",
+           "ResultSource", "outer_index", "file_crc", "verify_chunk_file"]
+
+_CRC_BLOCK = 1 << 20
+#: Chunk files whose checksum was verified by this process: (path, size, mtime_ns, crc).
+_VERIFIED: set[tuple[str, int, int, int]] = set()
+
+
+@dataclass(frozen=True)
+class ChunkBounds:
+    """Where each chunk's samples sit along the ``sample`` dim: ``starts[i]:stops[i]`` (positions,
+    contiguous and increasing, ``starts[0] == 0``)."""
+
+    starts: np.ndarray
+    stops: np.ndarray
+
+    @classmethod
+    def from_sizes(cls, sizes: Sequence[int]) -> "ChunkBounds":
+        stops = np.cumsum(np.asarray(sizes, dtype=np.int64))
+        return cls(np.concatenate([[0], stops[:-1]]).astype(np.int64), stops)
+
+    @property
+    def n(self) -> int:
+        return int(self.stops[-1]) if len(self.stops) else 0
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def locate(self, positions: np.ndarray) -> np.ndarray:
+        """The chunk holding each position."""
+        return np.searchsorted(self.stops, positions, side="right")
+
+
+def outer_index(arr: np.ndarray, key: tuple[Any, ...]) -> np.ndarray:
+    """``arr`` indexed by an *outer* key (each entry an int, a slice or a 1-D integer array, applied
+    to its own axis independently, as xarray's ``OuterIndexer`` means it). Basic indices are
+    applied first (views, no copy), then each array index with :func:`numpy.take`."""
+    key = tuple(key) + (slice(None),) * (arr.ndim - len(key))
+    basic: list[Any] = []
+    takes: list[tuple[int, np.ndarray]] = []
+    drop: list[int] = []
+    for axis, k in enumerate(key):
+        if isinstance(k, (int, np.integer)):
+            basic.append(slice(int(k), int(k) + 1 if int(k) != -1 else None))
+            drop.append(axis)
+        elif isinstance(k, slice):
+            basic.append(k)
+        else:
+            basic.append(slice(None))
+            takes.append((axis, np.asarray(k, dtype=np.int64)))
+    out = arr[tuple(basic)]
+    for axis, idx in takes:
+        out = np.take(out, idx, axis=axis)
+    out = np.asarray(out)
+    return out.reshape([s for a, s in enumerate(out.shape) if a not in drop]) if drop else out
+
+
+class RowChunkedArray(BackendArray):
+    """An array whose first axis (samples) is split into chunks, each produced by ``read(i)``.
+
+    ``read(i)`` returns chunk ``i`` as an array (possibly a memory map) of shape
+    ``(stops[i] - starts[i], *shape[1:])`` — or smaller in later axes for ragged variables, which
+    are padded with ``fill``. Indexing reads the chunks that hold the selected rows, one at a time.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, bounds: ChunkBounds, read: Callable[[int], np.ndarray],
+                 fill: Any = None) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.bounds = bounds
+        self.read = read
+        self.fill = fill
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._getitem)
+
+    def _chunk(self, i: int) -> np.ndarray:
+        arr = self.read(i)
+        want = (int(self.bounds.stops[i] - self.bounds.starts[i]), *self.shape[1:])
+        if arr.shape != want:  # ragged: pad the later axes
+            if arr.shape[0] != want[0] or arr.ndim != len(want) or any(a > w for a, w in zip(arr.shape, want)):
+                raise StoreError(f"chunk {i} has shape {arr.shape}, expected {want}")
+            arr = np.pad(np.asarray(arr), [(0, w - a) for a, w in zip(arr.shape, want)], constant_values=self.fill)
+        return arr
+
+    def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
+        first, rest = key[0], tuple(key[1:])
+        n = self.shape[0]
+        if isinstance(first, (int, np.integer)):
+            pos = int(first) % n if n else int(first)
+            i = int(self.bounds.locate(np.asarray([pos]))[0])
+            return outer_index(self._chunk(i), (pos - int(self.bounds.starts[i]), *rest))
+        positions = np.arange(n, dtype=np.int64)[first] if isinstance(first, slice) else np.asarray(first, np.int64)
+        if positions.size == 0:
+            probe = np.empty((0, *self.shape[1:]), self.dtype)
+            return outer_index(probe, (slice(None), *rest))
+        which = self.bounds.locate(positions)
+        parts, order = [], []
+        for i in np.unique(which):
+            rows = np.flatnonzero(which == i)
+            local = positions[rows] - int(self.bounds.starts[i])
+            chunk = self._chunk(int(i))
+            lo, hi = int(local.min()), int(local.max()) + 1
+            if np.array_equal(local, np.arange(lo, hi)):
+                parts.append(outer_index(chunk, (slice(lo, hi), *rest)))
+            else:
+                parts.append(outer_index(chunk, (local, *rest)))
+            order.append(rows)
+            del chunk
+        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        rows = np.concatenate(order)
+        if len(parts) > 1 and not np.array_equal(rows, np.arange(rows.size)):  # unsorted request: restore its order
+            inverse = np.empty_like(rows)
+            inverse[rows] = np.arange(rows.size)
+            out = out[inverse]
+        return np.ascontiguousarray(out, dtype=self.dtype)
+
+
+def lazy_variable(array: RowChunkedArray) -> indexing.LazilyIndexedArray:
+    """``array`` wrapped for an :class:`xarray.Variable` (selections stay lazy until ``.values``)."""
+    return indexing.LazilyIndexedArray(array)
+
+
+# --------------------------------------------------------------------------- chunk files
+
+
+@dataclass(frozen=True)
+class ChunkFile:
+    """One stored chunk of one variable: where it is, what the catalog says about it."""
+
+    path: Path
+    run_id: str
+    chunk: int
+    rows: int
+    dtype: np.dtype
+    crc: int | None
+
+
+def _header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, data offset) from a ``.npy`` header, reading only the header."""
+    with open(path, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(fh)
+        if fortran:
+            raise ValueError("Fortran-ordered arrays are not written by orbitscope")
+        return tuple(shape), np.dtype(dtype), fh.tell()
+
+
+def check_chunk_file(f: ChunkFile) -> tuple[int, ...]:
+    """Cheap structural check of a chunk file (its header and size, not its checksum): returns its
+    shape. DamagedRunError when it is missing, StoreError when it is not what the catalog says."""
+    try:
+        shape, dtype, offset = _header(f.path)
+        size = f.path.stat().st_size
+    except FileNotFoundError:
+        raise DamagedRunError(f"run {f.run_id} is damaged: {f.path} (chunk {f.chunk}) is listed in the catalog but "
+                              "missing; run the same evaluation again to recompute it") from None
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
+        raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+    if not shape or shape[0] != f.rows or dtype != f.dtype:
+        raise StoreError(f"store is corrupt: {f.path} has shape {shape} / dtype {dtype}, expected {f.rows} samples "
+                         f"of {f.dtype}")
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size != expected:
+        if f.crc is not None:
+            raise DamagedRunError(f"run {f.run_id} is damaged: chunk {f.chunk} ({f.path}) does not match its checksum "
+                                  f"(it has {size} bytes, its header says {expected}); run the same evaluation again "
+                                  "to recompute the damaged chunks")
+        raise StoreError(f"store is corrupt: {f.path} has {size} bytes, its header says {expected}")
+    return shape
+
+
+def file_crc(path: Path) -> int:
+    """CRC-32 of a file, read in 1 MiB blocks."""
+    crc = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(_CRC_BLOCK):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def verify_chunk_file(f: ChunkFile) -> None:
+    """Compare the file's CRC-32 with the catalog's (once per process and file version)."""
+    if f.crc is None:
+        return
+    try:
+        st = f.path.stat()
+    except FileNotFoundError:
+        check_chunk_file(f)  # raises the missing-file error
+        raise
+    key = (str(f.path), st.st_size, st.st_mtime_ns, f.crc)
+    if key in _VERIFIED:
+        return
+    if file_crc(f.path) != f.crc:
+        raise DamagedRunError(f"run {f.run_id} is damaged: chunk {f.chunk} ({f.path}) does not match its checksum; run "
+                              "the same evaluation again to recompute the damaged chunks")
+    _VERIFIED.add(key)
+
+
+def read_chunk_file(f: ChunkFile, *, mmap: bool = True) -> np.ndarray:
+    """A chunk file's array after checking it (checksum verified on first read): memory-mapped
+    (read-only) when ``mmap``, else read into memory."""
+    shape = check_chunk_file(f)
+    verify_chunk_file(f)
+    try:
+        if mmap and int(np.prod(shape)) > 0:
+            return np.load(f.path, mmap_mode="r", allow_pickle=False)
+        return np.load(f.path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- where a result lives
+
+
+@dataclass(frozen=True)
+class ResultSource:
+    """Where a lazy result comes from, for chunk-by-chunk passes and cached aggregates.
+
+    ``cache`` (duck-typed: ``get(key) -> bytes | None`` and ``put(key, bytes)``) keeps aggregates
+    of this run; ``version`` changes whenever the run's chunks do, so a cache entry never
+    outlives the data it summarises; ``namespace`` tells derived results apart (e.g. consensus
+    variables computed with a given tolerance).
+    """
+
+    run_id: str
+    bounds: ChunkBounds
+    version: str
+    cache: Any = None
+    namespace: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def derived(self, namespace: str) -> "ResultSource":
+        return ResultSource(self.run_id, self.bounds, self.version, self.cache,
+                            f"{self.namespace}/{namespace}" if self.namespace else namespace, self.extra)
+
+    def cache_key(self, what: str) -> str:
+        return f"{self.version}|{self.namespace}|{what}"
