@@ -391,6 +391,9 @@ def test_summary_report_and_cli_tables_work_for_a_non_classification_task(tmp_pa
 
     frames, flows = _shift_pairs()
     res = osc.evaluate(ShiftSearch(), (frames, flows), osc.Rotation([0, 90]), FlowError(), store=tmp_path).result
+    with pytest.raises(TypeError, match="read-only"):  # a stored result is not changed in place
+        res.data["epe"][:] = 0.0
+    res = res.load()  # an in-memory copy may be
     res.data["epe"][:] = np.array([[0.0, 2.0], [2.0, 2.0], [0.0, 2.0], [1.0, 2.0]])  # element 90° is worse
     s = res.summary()
     assert res.primary_metric() == "epe" and s["worst_at"] == {"angle": 90.0} and s["worst"] == 2.0

@@ -108,6 +108,9 @@ class RowChunkedArray(BackendArray):
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._getitem)
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("a stored result is read-only: call result.load() for an in-memory copy you can modify")
+
     def _chunk(self, i: int) -> np.ndarray:
         arr = self.read(i)
         want = (int(self.bounds.stops[i] - self.bounds.starts[i]), *self.shape[1:])
@@ -123,7 +126,7 @@ class RowChunkedArray(BackendArray):
         if isinstance(first, (int, np.integer)):
             pos = int(first) % n if n else int(first)
             i = int(self.bounds.locate(np.asarray([pos]))[0])
-            return outer_index(self._chunk(i), (pos - int(self.bounds.starts[i]), *rest))
+            return np.array(outer_index(self._chunk(i), (pos - int(self.bounds.starts[i]), *rest)), dtype=self.dtype)
         positions = np.arange(n, dtype=np.int64)[first] if isinstance(first, slice) else np.asarray(first, np.int64)
         if positions.size == 0:
             probe = np.empty((0, *self.shape[1:]), self.dtype)
@@ -141,7 +144,8 @@ class RowChunkedArray(BackendArray):
                 parts.append(outer_index(chunk, (local, *rest)))
             order.append(rows)
             del chunk
-        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        # a copy, never a view of a memory map (which would keep the file mapped and be read-only)
+        out = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0], copy=True)
         rows = np.concatenate(order)
         if len(parts) > 1 and not np.array_equal(rows, np.arange(rows.size)):  # unsorted request: restore its order
             inverse = np.empty_like(rows)

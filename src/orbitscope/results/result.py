@@ -186,8 +186,9 @@ class OrbitResult:
 
     # reading ------------------------------------------------------------------------------
     def load(self) -> "OrbitResult":
-        """This result with every variable read into memory (the lazy original is unchanged)."""
-        return OrbitResult(self.data.copy(deep=False).load(), self.source)
+        """This result with every variable read into memory, detached from the store (so it may be
+        modified; the lazy original is unchanged and its cached aggregates are not used)."""
+        return OrbitResult(self.data.copy(deep=False).load())
 
     def chunks(self, variables: Sequence[str] | None = None, *,
                size: int = CHUNK_SAMPLES) -> Iterator[tuple[slice, "OrbitResult"]]:
