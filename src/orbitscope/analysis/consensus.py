@@ -44,6 +44,7 @@ import xarray as xr
 
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
+from ..results.lazy import RowChunkedArray, lazy_variable
 from ..results.result import OrbitResult
 from ..tasks.classification import Classification
 
@@ -184,14 +185,49 @@ def with_consensus(result: OrbitResult, *, atol: float = 1e-6) -> OrbitResult:
     :func:`consensus_scores` (so ``aggregate(res, "consensus_agreement")`` and NERO plots work
     on them like on any metric). Attributes are kept, with ``consensus_method`` added.
     The input result is not modified.
+
+    For a stored (lazy) result the consensus variables are lazy too: each stored chunk's scores
+    are computed from that chunk's probabilities when first read, so aggregates stream and a
+    selection computes only the chunks it touches.
     """
     result = _as_result(result)
+    if result.source is not None:
+        return _lazy_consensus(result, atol)
     scores = consensus_scores(result, atol=atol)
     ds = result.data.copy()
     for name, var in scores.data_vars.items():
         ds[name] = var
     ds.attrs = {**result.data.attrs, **scores.attrs}
     return OrbitResult(ds)
+
+
+_CONSENSUS_INPUTS = ("probabilities", "prediction")
+
+
+def _lazy_consensus(result: OrbitResult, atol: float) -> OrbitResult:
+    assert result.source is not None
+    bounds = result.source.bounds
+    needed = [v for v in _CONSENSUS_INPUTS if v in result.data]
+    if "probabilities" not in needed:
+        _probabilities(result)  # raises the explanatory error
+    memo: dict[int, xr.Dataset] = {}
+
+    def scores_of(i: int) -> xr.Dataset:
+        if i not in memo:
+            memo.clear()  # keep one chunk: the variables of a pass read the same one in turn
+            piece = result.data[needed].isel(sample=slice(int(bounds.starts[i]), int(bounds.stops[i]))).load()
+            memo[i] = consensus_scores(OrbitResult(piece), atol=atol)
+        return memo[i]
+
+    first = scores_of(0) if len(bounds) else consensus_scores(OrbitResult(result.data[needed].load()), atol=atol)
+    ds = result.data.copy(deep=False)
+    for name, var in first.data_vars.items():
+        dims = ("sample", *[d for d in var.dims if d != "sample"])
+        shape = (bounds.n, *(var.sizes[d] for d in dims[1:]))
+        arr = RowChunkedArray(shape, var.dtype, bounds, lambda i, n=str(name), d=dims: scores_of(i)[n].transpose(*d).values)
+        ds[name] = xr.Variable(dims, lazy_variable(arr), attrs=var.attrs)
+    ds.attrs = {**result.data.attrs, **first.attrs}
+    return OrbitResult(ds, result.source.derived(f"consensus:atol={atol!r}"))
 
 
 def adjacent_pairs(orbit: Orbit, *, atol: float = 1e-6) -> dict[str, tuple[np.ndarray, np.ndarray, bool]]:
@@ -251,8 +287,6 @@ def invariance_measures(result: OrbitResult, *, atol: float = 1e-6) -> xr.Datase
     """
     result = _as_result(result)
     orbit, t = _orbit_of(result)
-    scores = consensus_scores(result, atol=atol)
-    pred = _predictions(result)
     rep = unique_elements(t, atol)
     keep = np.unique(rep)
     ident = orbit.identity_index()
@@ -267,24 +301,37 @@ def invariance_measures(result: OrbitResult, *, atol: float = 1e-6) -> xr.Datase
     pairs = adjacent_pairs(orbit, atol=atol)
     if sum(len(a) for a, _, _ in pairs.values()) == 0:
         raise ValueError(f"the orbit {orbit!r} has no neighbouring elements (every dim has length 1)")
-
-    data: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
-    flips = {d: pred[:, a] != pred[:, b] for d, (a, b, _) in pairs.items()}
-    data["flip_rate"] = (("sample",), np.concatenate(list(flips.values()), axis=1).mean(1))
-    if len(orbit.dims) > 1:
-        for d, f in flips.items():
-            data[f"flip_rate_{d}"] = (("sample",), f.mean(1) if f.shape[1] else np.full(len(pred), np.nan))
-    data["identity_agreement"] = (("sample",), (pred[:, others] == pred[:, [ident]]).mean(1))
-    for src, dst in (("consensus_agreement", "consensus_agreement_rate"), ("kl_to_consensus", "mean_kl_to_consensus"),
-                     ("tv_to_consensus", "mean_tv_to_consensus")):
-        vals = scores[src].transpose("sample", *result.orbit_dims).values.astype(np.float64)
-        data[dst] = (("sample",), vals.reshape(len(vals), -1)[:, keep].mean(1))
+    if "probabilities" not in result.data:
+        _probabilities(result)  # raises the explanatory error
+    needed = [v for v in _CONSENSUS_INPUTS if v in result.data]
+    parts = [_invariance_of(piece, orbit, keep, others, ident, pairs, atol)
+             for _, piece in result.chunks(needed)]  # per sample: one stored chunk at a time
+    data = {name: (("sample",), np.concatenate([p[name] for p in parts])) for name in parts[0]}
     attrs: dict[str, Any] = {f"dataset_{name}": float(np.nanmean(v)) for name, (_, v) in data.items()}
     attrs.update(
-        n_samples=int(len(pred)),
+        n_samples=int(result.n_samples),
         n_distinct_elements=int(keep.size),
         n_neighbour_pairs=int(sum(len(a) for a, _, _ in pairs.values())),
         wrapped_dims=json.dumps([d for d, (_, _, w) in pairs.items() if w]),
         note="label-free: measures self-consistency along the orbit, not correctness",
     )
     return xr.Dataset(data, coords={"sample": result.data.coords["sample"].values}, attrs=attrs)
+
+
+def _invariance_of(piece: OrbitResult, orbit: Orbit, keep: np.ndarray, others: np.ndarray, ident: int,
+                   pairs: dict[str, tuple[np.ndarray, np.ndarray, bool]], atol: float) -> dict[str, np.ndarray]:
+    """The per-sample measures of :func:`invariance_measures` for the samples of ``piece``."""
+    scores = consensus_scores(piece, atol=atol)
+    pred = _predictions(piece)
+    data: dict[str, np.ndarray] = {}
+    flips = {d: pred[:, a] != pred[:, b] for d, (a, b, _) in pairs.items()}
+    data["flip_rate"] = np.concatenate(list(flips.values()), axis=1).mean(1)
+    if len(orbit.dims) > 1:
+        for d, f in flips.items():
+            data[f"flip_rate_{d}"] = f.mean(1) if f.shape[1] else np.full(len(pred), np.nan)
+    data["identity_agreement"] = (pred[:, others] == pred[:, [ident]]).mean(1)
+    for src, dst in (("consensus_agreement", "consensus_agreement_rate"), ("kl_to_consensus", "mean_kl_to_consensus"),
+                     ("tv_to_consensus", "mean_tv_to_consensus")):
+        vals = scores[src].transpose("sample", *piece.orbit_dims).values.astype(np.float64)
+        data[dst] = vals.reshape(len(vals), -1)[:, keep].mean(1)
+    return data

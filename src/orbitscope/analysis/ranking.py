@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .reduce import as_result, orbit_vectors
+from .reduce import as_result, orbit_statistic, orbit_vectors
 from ..results.result import OrbitResult, check_same_orbit
 
 __all__ = ["Ranking", "rank_samples", "rank_differences"]
@@ -100,15 +100,15 @@ def rank_samples(result: OrbitResult | Any, variable: str, by: Literal["worst", 
         A :class:`Ranking`; ties are broken by position (stable), NaN scores rank last.
     """
     res = as_result(result)
-    vectors = orbit_vectors(res, variable)
-    positions = _subset_positions(vectors.shape[0], subset)
-    ids = np.asarray(res.data["sample"].values)
-    if by == "most_variable":
-        return _ranked(vectors.var(axis=1), True, positions, ids, by, f"orbit variance of {variable}")
-    if by not in ("worst", "best"):
+    if by not in ("worst", "best", "most_variable"):
         raise ValueError(f"by must be 'worst', 'best' or 'most_variable', got {by!r}")
+    positions = _subset_positions(res.n_samples, subset)
+    ids = np.asarray(res.data["sample"].values)
+    if by == "most_variable":  # per-sample orbit summaries, one stored chunk at a time
+        return _ranked(orbit_statistic(res, variable, "variance"), True, positions, ids, by,
+                       f"orbit variance of {variable}")
     descending = (by == "best") == _higher_is_better(res, variable, higher_is_better)
-    return _ranked(vectors.mean(axis=1), descending, positions, ids, by, f"orbit mean of {variable}")
+    return _ranked(orbit_statistic(res, variable, "mean"), descending, positions, ids, by, f"orbit mean of {variable}")
 
 
 def rank_differences(result_a: OrbitResult | Any, result_b: OrbitResult | Any, variable: str,
@@ -137,14 +137,23 @@ def rank_differences(result_a: OrbitResult | Any, result_b: OrbitResult | Any, v
                          "evaluate both models on the same data, or select common samples with "
                          "result.data.sel(sample=...) first")
     check_same_orbit(ra, rb)
-    a, b = orbit_vectors(ra, variable), orbit_vectors(rb, variable)
-    if by == "abs":
-        scores, name = np.abs(a - b).mean(axis=1), f"mean |A - B| of {variable}"
-    elif by in ("a_worse", "b_worse"):
-        sign = 1.0 if _higher_is_better(ra, variable, higher_is_better) else -1.0
-        worse, better = (a, b) if by == "a_worse" else (b, a)
-        scores = sign * (better - worse).mean(axis=1)
-        name = f"mean {'B - A' if by == 'a_worse' else 'A - B'} of {variable}" + ("" if sign > 0 else " (negated)")
-    else:
+    if by not in ("abs", "a_worse", "b_worse"):
         raise ValueError(f"by must be 'a_worse', 'b_worse' or 'abs', got {by!r}")
-    return _ranked(scores, True, _subset_positions(a.shape[0], subset), ids_a, by, name)
+    sign = 1.0 if _higher_is_better(ra, variable, higher_is_better) else -1.0
+
+    def score(piece: OrbitResult, where: slice) -> np.ndarray:  # per sample, over aligned pieces of A and B
+        a = orbit_vectors(piece, variable)
+        b = orbit_vectors(rb, variable, np.arange(where.start, where.stop))
+        if by == "abs":
+            return np.abs(a - b).mean(axis=1)
+        worse, better = (a, b) if by == "a_worse" else (b, a)
+        return sign * (better - worse).mean(axis=1)
+
+    orbit_vectors(ra, variable, np.empty(0, np.int64))  # checks the variable and its dims
+    parts = [score(piece, where) for where, piece in ra.chunks([variable])]
+    scores = np.concatenate(parts) if parts else np.empty(0)
+    if by == "abs":
+        name = f"mean |A - B| of {variable}"
+    else:
+        name = f"mean {'B - A' if by == 'a_worse' else 'A - B'} of {variable}" + ("" if sign > 0 else " (negated)")
+    return _ranked(scores, True, _subset_positions(ra.n_samples, subset), ids_a, by, name)

@@ -38,8 +38,8 @@ import numpy as np
 
 from ..results.result import OrbitResult, check_same_orbit
 
-__all__ = ["METHODS", "as_result", "Embedding", "embed", "embed_models", "orbit_statistic",
-           "orbit_vectors", "reducible_variables"]
+__all__ = ["METHODS", "MAX_EMBED_SAMPLES", "as_result", "Embedding", "embed", "embed_models", "orbit_statistic",
+           "orbit_vectors", "reducible_variables", "subsample_positions"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ class Embedding:
         explained_variance_ratio: PCA only: (n_components,) share of total variance per axis.
         variable: the metric embedded, when known.
         source: the run id or model name the vectors came from, when known.
-        notes: human-readable remarks on degenerate input, clamping and solver warnings.
+        notes: human-readable remarks on degenerate input, clamping, subsampling and solver warnings.
+        positions: see below.
     """
 
     coords: np.ndarray
@@ -76,6 +77,18 @@ class Embedding:
     variable: str | None = None
     source: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: positions (into the source's ``sample`` dim) of the embedded rows when the vectors were
+    #: subsampled (see ``max_samples`` of :func:`embed`); None when every sample is embedded
+    positions: np.ndarray | None = None
+
+    @property
+    def subsampled(self) -> bool:
+        return self.positions is not None
+
+    def rows_of(self, values: np.ndarray) -> np.ndarray:
+        """Per-sample ``values`` of the source (one per sample) restricted to the embedded rows."""
+        values = np.asarray(values)
+        return values if self.positions is None else values[self.positions]
 
     @property
     def n_samples(self) -> int:
@@ -107,8 +120,9 @@ def reducible_variables(result: OrbitResult | Any) -> list[str]:
     return sorted(str(k) for k, v in res.data.data_vars.items() if set(v.dims) == want and len(v.dims) == len(want))
 
 
-def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
-    """Each sample's values of ``variable`` along the orbit, as rows.
+def orbit_vectors(result: OrbitResult | Any, variable: str, positions: np.ndarray | None = None) -> np.ndarray:
+    """Each sample's values of ``variable`` along the orbit, as rows (of the samples at
+    ``positions`` only, when given: a stored result then reads just those).
 
     ``result`` is an :class:`OrbitResult` (or a ``Run``); ``variable`` any variable with dims
     ``sample`` × orbit dims (``correct``, ``confidence``, ``consensus_agreement`` …).
@@ -128,8 +142,10 @@ def orbit_vectors(result: OrbitResult | Any, variable: str) -> np.ndarray:
     if set(da.dims) != set(dims) or len(da.dims) != len(dims):
         raise ValueError(f"variable {variable!r} has dims {da.dims}; orbit vectors need exactly {dims}. Select or "
                          f"reduce the extra dims first (e.g. .isel(<dim>=0)); usable: {reducible_variables(res)}")
+    if positions is not None:
+        da = da.isel(sample=np.asarray(positions, dtype=np.int64))
     values = np.asarray(da.transpose(*dims).values, dtype=np.float64)
-    return values.reshape(values.shape[0], -1)
+    return values.reshape(values.shape[0], int(np.prod(values.shape[1:])))
 
 
 _STATS = {"mean": np.mean, "variance": np.var, "std": np.std, "min": np.min, "max": np.max}
@@ -144,7 +160,9 @@ def orbit_statistic(result: OrbitResult | Any, variable: str,
     """
     if stat not in _STATS:
         raise ValueError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
-    return _STATS[stat](orbit_vectors(result, variable), axis=1)
+    res = as_result(result)
+    orbit_vectors(res, variable, positions=np.empty(0, np.int64))  # checks the variable and its dims
+    return res.per_sample([variable], lambda piece: _STATS[stat](orbit_vectors(piece, variable), axis=1))
 
 
 # --------------------------------------------------------------------------- embedding
@@ -264,21 +282,42 @@ def _source_name(res: OrbitResult) -> str | None:
     return None if src is None else str(src)
 
 
-def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None,
-                    sample: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray, str | None, str | None]:
+#: Vectors above which :func:`embed` fits a seeded random subsample (and says so in its notes).
+MAX_EMBED_SAMPLES = 5000
+
+
+def subsample_positions(n: int, max_samples: int | None, seed: int) -> np.ndarray | None:
+    """Sorted positions of a seeded uniform subsample of ``max_samples`` of ``n`` samples, or None
+    when all are kept."""
+    if max_samples is None or n <= max_samples:
+        return None
+    if max_samples < 3:
+        raise ValueError(f"max_samples must be at least 3, got {max_samples}")
+    return np.sort(np.random.default_rng(seed).choice(n, size=int(max_samples), replace=False))
+
+
+def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None, sample: Sequence[Any] | None,
+                    max_samples: int | None, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray, str | None, str | None, np.ndarray | None]:
     if isinstance(source, (np.ndarray, list, tuple)):
         x = np.asarray(source, dtype=np.float64)
         ids = np.arange(x.shape[0]) if sample is None else np.asarray(sample)
-        return x, ids, variable, None
+        keep = subsample_positions(x.shape[0], max_samples, seed) if x.ndim == 2 else None
+        if keep is not None and ids.shape == (x.shape[0],):
+            x, ids = x[keep], ids[keep]
+        return x, ids, variable, None, keep
     res = as_result(source)
     if variable is None:
         raise ValueError(f"embedding a result needs a variable, one of {reducible_variables(res)}")
-    return orbit_vectors(res, variable), np.asarray(res.data["sample"].values), variable, _source_name(res)
+    keep = subsample_positions(res.n_samples, max_samples, seed)
+    ids = np.asarray(res.data["sample"].values)
+    return (orbit_vectors(res, variable, keep), ids if keep is None else ids[keep], variable, _source_name(res), keep)
 
 
 def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, method: Method = "pca",
           n_components: int = 2, seed: int = 0, *, standardize: bool = False, dedupe: bool = True,
-          sample: Sequence[Any] | None = None, **kwargs: Any) -> Embedding:
+          sample: Sequence[Any] | None = None, max_samples: int | None = MAX_EMBED_SAMPLES,
+          **kwargs: Any) -> Embedding:
     """Embed orbit vectors in ``n_components`` dimensions.
 
     Args:
@@ -294,6 +333,9 @@ def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, m
         standardize: z-score each orbit element first (off by default, see module docstring).
         dedupe: for Isomap, t-SNE and UMAP, embed distinct vectors only (duplicates coincide).
         sample: sample ids when ``source`` is an array (default ``0..n-1``).
+        max_samples: above this many vectors, embed a seeded uniform random subsample of this
+            size (``seed``), so memory and time stay bounded on large runs; the embedding's
+            ``positions`` says which rows were kept and its ``notes`` say so. None: all.
         **kwargs: passed to the estimator (``perplexity=10``, ``init="random"``, ``min_dist=0.5`` …).
 
     Returns:
@@ -307,7 +349,7 @@ def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, m
     if int(n_components) != n_components or n_components < 1:
         raise ValueError(f"n_components must be a positive integer, got {n_components!r}")
     k = int(n_components)
-    x, ids, variable, src = _resolve_source(source, variable, sample)
+    x, ids, variable, src, keep = _resolve_source(source, variable, sample, max_samples, seed)
     if x.ndim != 2 or x.shape[1] == 0:
         raise ValueError(f"orbit vectors must be 2-D (n_samples, n_elements >= 1), got shape {x.shape}")
     n = x.shape[0]
@@ -324,6 +366,10 @@ def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, m
         x = (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
     params: dict[str, Any] = {"n_components": k, "seed": seed, "standardize": standardize}
     notes: list[str] = []
+    if keep is not None:
+        total = source.shape[0] if isinstance(source, np.ndarray) else as_result(source).n_samples
+        params.update(max_samples=int(max_samples), n_total=int(total))  # type: ignore[arg-type]
+        notes.append(f"subsampled: {n:,} of {total:,} samples (seeded uniform, seed {seed})")
     evr: np.ndarray | None = None
     if not np.any(x != x[0]):
         notes.append("all orbit vectors are identical: every sample embeds at the origin")
@@ -347,11 +393,12 @@ def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, m
     for key, value in kwargs.items():
         params.setdefault(key, value)
     return Embedding(np.ascontiguousarray(coords, dtype=np.float64), method, params, ids, evr, variable, src,
-                     tuple(notes))
+                     tuple(notes), keep)
 
 
 def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Method = "pca", seed: int = 0, *,
-                 n_components: int = 2, joint: bool = False, **kwargs: Any) -> list[Embedding]:
+                 n_components: int = 2, joint: bool = False, max_samples: int | None = MAX_EMBED_SAMPLES,
+                 **kwargs: Any) -> list[Embedding]:
     """One embedding per model, all with the same method and parameters.
 
     Args:
@@ -368,13 +415,18 @@ def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Me
     if not resolved:
         raise ValueError("embed_models needs at least one result")
     if not joint:
-        return [embed(r, variable, method, n_components, seed, **kwargs) for r in resolved]
+        return [embed(r, variable, method, n_components, seed, max_samples=max_samples, **kwargs) for r in resolved]
     for r in resolved[1:]:
         check_same_orbit(resolved[0], r)
-    vectors = [orbit_vectors(r, variable) for r in resolved]
-    ids = np.concatenate([np.asarray(r.data["sample"].values) for r in resolved])
-    stacked = embed(np.concatenate(vectors), variable, method, n_components, seed, sample=ids, **kwargs)
+    keeps = [subsample_positions(r.n_samples, max_samples, seed) for r in resolved]
+    vectors = [orbit_vectors(r, variable, keep) for r, keep in zip(resolved, keeps)]
+    own_ids = [np.asarray(r.data["sample"].values) for r in resolved]
+    ids = np.concatenate([i if keep is None else i[keep] for i, keep in zip(own_ids, keeps)])
+    stacked = embed(np.concatenate(vectors), variable, method, n_components, seed, sample=ids, max_samples=None,
+                    **kwargs)
+    notes = stacked.notes + tuple(f"subsampled: {k.size:,} of {r.n_samples:,} samples of model {i} (seeded uniform, "
+                                  f"seed {seed})" for i, (r, k) in enumerate(zip(resolved, keeps)) if k is not None)
     stops = np.cumsum([v.shape[0] for v in vectors])
     return [Embedding(stacked.coords[stop - v.shape[0]:stop].copy(), method, {**stacked.params, "joint": True},
                       ids[stop - v.shape[0]:stop], stacked.explained_variance_ratio, variable, _source_name(r),
-                      stacked.notes) for r, v, stop in zip(resolved, vectors, stops)]
+                      notes, keep) for r, v, stop, keep in zip(resolved, vectors, stops, keeps)]

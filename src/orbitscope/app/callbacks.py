@@ -305,15 +305,17 @@ def scatter_panels(data: AppData, selection: Any) -> list[tuple[dict[str, Any], 
 
 def _scatter(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[str, Any]:
     base = data.memo(("fig-scatter-base", ctx.key, i, sel.method, sel.colour), lambda: _scatter_base(data, ctx, sel, i))
-    hits = np.flatnonzero(ctx.shown == sel.sample) if sel.sample is not None else np.empty(0, dtype=int)
+    drawn = np.asarray(base["data"][0]["customdata"])  # the embedded samples (a subsample of large runs)
+    hits = np.flatnonzero(drawn == sel.sample) if sel.sample is not None else np.empty(0, dtype=int)
     return _highlighted(base, int(hits[0]), int(sel.sample)) if hits.size else base  # type: ignore[arg-type]
 
 
 def _scatter_base(data: AppData, ctx: Context, sel: Selection, i: int) -> dict[str, Any]:
     """The scatter without a highlight (built once per embedding and colouring)."""
     emb = data.embedding(ctx, i, sel.method)
-    colour = data.statistic(ctx, i, sel.colour)
-    fig = scatter_plotly(emb, colour, f"orbit {sel.colour}", f"{emb.label} of {_metric_label(ctx)} orbits")
+    colour = emb.rows_of(data.statistic(ctx, i, sel.colour))
+    sub = f" ({emb.n_samples:,} of {ctx.positions.size:,}, subsampled)" if emb.subsampled else ""
+    fig = scatter_plotly(emb, colour, f"orbit {sel.colour}", f"{emb.label} of {_metric_label(ctx)} orbits{sub}")
     fig.update_layout(clickmode="event", height=300, margin=dict(l=40, r=10, t=40, b=35),
                       uirevision=str((ctx.key, sel.method)), title={"font": {"size": 13, "color": ctx.colours[i]}})
     out = fig.to_dict()

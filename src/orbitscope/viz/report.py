@@ -73,7 +73,8 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
             from ..analysis.consensus import invariance_measures, with_consensus
 
             inv = invariance_measures(res)
-            row["consensus agreement"] = float(with_consensus(res).data["consensus_agreement"].mean())
+            agree = with_consensus(res).moments("consensus_agreement")  # streamed: exact count / cells
+            row["consensus agreement"] = float(agree.total.sum() / agree.n.sum())
             row["prediction flip rate"] = float(inv["flip_rate"].mean())
             row["agreement with identity"] = float(inv["identity_agreement"].mean())
         rows.append(row)
@@ -205,8 +206,9 @@ def write_report(
                  "<div class='grid'>")
     for res, lab in zip(results, labels):
         emb = embed(res, metric, method=method, seed=seed)
-        colour = orbit_statistic(res, metric, "mean")
-        parts.append(fig(scatter_plotly(emb, colour, f"orbit mean of {metric}", f"{lab}: {emb.label}"), height=420))
+        colour = emb.rows_of(orbit_statistic(res, metric, "mean"))
+        sub = f" ({emb.n_samples:,} of {res.n_samples:,} samples, seeded subsample)" if emb.subsampled else ""
+        parts.append(fig(scatter_plotly(emb, colour, f"orbit mean of {metric}", f"{lab}: {emb.label}{sub}"), height=420))
     parts.append("</div>")
 
     parts.append(_sensitive_section(results, labels, metric, n_samples, fig))
