@@ -45,7 +45,7 @@ import xarray as xr
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
 from ..results.lazy import RowChunkedArray, lazy_variable
-from ..results.result import OrbitResult
+from ..results.result import OrbitResult, rows_for
 from ..tasks.classification import Classification
 
 __all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs"]
@@ -206,10 +206,11 @@ _CONSENSUS_INPUTS = ("probabilities", "prediction")
 
 def _lazy_consensus(result: OrbitResult, atol: float) -> OrbitResult:
     assert result.source is not None
-    bounds = result.source.bounds
     needed = [v for v in _CONSENSUS_INPUTS if v in result.data]
     if "probabilities" not in needed:
         _probabilities(result)  # raises the explanatory error
+    per_sample = int(np.prod([n for d, n in result.data["probabilities"].sizes.items() if d != "sample"]))
+    bounds = result.source.bounds.split(rows_for(per_sample))  # a bounded working set per piece
     memo: dict[int, xr.Dataset] = {}
 
     def scores_of(i: int) -> xr.Dataset:
@@ -227,7 +228,7 @@ def _lazy_consensus(result: OrbitResult, atol: float) -> OrbitResult:
         arr = RowChunkedArray(shape, var.dtype, bounds, lambda i, n=str(name), d=dims: scores_of(i)[n].transpose(*d).values)
         ds[name] = xr.Variable(dims, lazy_variable(arr), attrs=var.attrs)
     ds.attrs = {**result.data.attrs, **first.attrs}
-    return OrbitResult(ds, result.source.derived(f"consensus:atol={atol!r}"))
+    return OrbitResult(ds, result.source.derived(f"consensus:atol={atol!r}", bounds))
 
 
 def adjacent_pairs(orbit: Orbit, *, atol: float = 1e-6) -> dict[str, tuple[np.ndarray, np.ndarray, bool]]:

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..results.result import OrbitResult, check_same_orbit
 
-__all__ = ["METHODS", "MAX_EMBED_SAMPLES", "as_result", "Embedding", "embed", "embed_models", "orbit_statistic",
+__all__ = ["METHODS", "MAX_EMBED_SAMPLES", "MAX_EMBED_VALUES", "as_result", "Embedding", "embed", "embed_models", "orbit_statistic",
            "orbit_vectors", "reducible_variables", "subsample_positions"]
 
 logger = logging.getLogger(__name__)
@@ -284,16 +284,27 @@ def _source_name(res: OrbitResult) -> str | None:
 
 #: Vectors above which :func:`embed` fits a seeded random subsample (and says so in its notes).
 MAX_EMBED_SAMPLES = 5000
+#: ... and at most this many values in all (samples × orbit elements; 32 MB of float64), so dense
+#: orbits (NERO's 2,847 rotations) keep the embedding's memory bounded too.
+MAX_EMBED_VALUES = 4_000_000
 
 
-def subsample_positions(n: int, max_samples: int | None, seed: int) -> np.ndarray | None:
-    """Sorted positions of a seeded uniform subsample of ``max_samples`` of ``n`` samples, or None
-    when all are kept."""
-    if max_samples is None or n <= max_samples:
+def subsample_positions(n: int, max_samples: int | None, seed: int, n_elements: int = 1) -> np.ndarray | None:
+    """Sorted positions of a seeded uniform subsample of at most ``max_samples`` of ``n`` samples
+    (fewer for long vectors: at most :data:`MAX_EMBED_VALUES` values of ``n_elements`` each), or
+    None when all are kept."""
+    if max_samples is None:
         return None
     if max_samples < 3:
         raise ValueError(f"max_samples must be at least 3, got {max_samples}")
-    return np.sort(np.random.default_rng(seed).choice(n, size=int(max_samples), replace=False))
+    keep = max(3, min(int(max_samples), MAX_EMBED_VALUES // max(int(n_elements), 1)))
+    if n <= keep:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=keep, replace=False))
+
+
+def _n_elements(res: OrbitResult) -> int:
+    return int(np.prod([res.data.sizes[d] for d in res.orbit_dims]))
 
 
 def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None, sample: Sequence[Any] | None,
@@ -302,14 +313,14 @@ def _resolve_source(source: np.ndarray | OrbitResult | Any, variable: str | None
     if isinstance(source, (np.ndarray, list, tuple)):
         x = np.asarray(source, dtype=np.float64)
         ids = np.arange(x.shape[0]) if sample is None else np.asarray(sample)
-        keep = subsample_positions(x.shape[0], max_samples, seed) if x.ndim == 2 else None
+        keep = subsample_positions(x.shape[0], max_samples, seed, x.shape[1]) if x.ndim == 2 else None
         if keep is not None and ids.shape == (x.shape[0],):
             x, ids = x[keep], ids[keep]
         return x, ids, variable, None, keep
     res = as_result(source)
     if variable is None:
         raise ValueError(f"embedding a result needs a variable, one of {reducible_variables(res)}")
-    keep = subsample_positions(res.n_samples, max_samples, seed)
+    keep = subsample_positions(res.n_samples, max_samples, seed, _n_elements(res))
     ids = np.asarray(res.data["sample"].values)
     return (orbit_vectors(res, variable, keep), ids if keep is None else ids[keep], variable, _source_name(res), keep)
 
@@ -333,9 +344,10 @@ def embed(source: np.ndarray | OrbitResult | Any, variable: str | None = None, m
         standardize: z-score each orbit element first (off by default, see module docstring).
         dedupe: for Isomap, t-SNE and UMAP, embed distinct vectors only (duplicates coincide).
         sample: sample ids when ``source`` is an array (default ``0..n-1``).
-        max_samples: above this many vectors, embed a seeded uniform random subsample of this
-            size (``seed``), so memory and time stay bounded on large runs; the embedding's
-            ``positions`` says which rows were kept and its ``notes`` say so. None: all.
+        max_samples: above this many vectors (or :data:`MAX_EMBED_VALUES` values in all), embed
+            a seeded uniform random subsample (``seed``), so memory and time stay bounded on
+            large runs and dense orbits; the embedding's ``positions`` says which rows were kept
+            and its ``notes`` say so. None: all.
         **kwargs: passed to the estimator (``perplexity=10``, ``init="random"``, ``min_dist=0.5`` …).
 
     Returns:
@@ -418,7 +430,7 @@ def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Me
         return [embed(r, variable, method, n_components, seed, max_samples=max_samples, **kwargs) for r in resolved]
     for r in resolved[1:]:
         check_same_orbit(resolved[0], r)
-    keeps = [subsample_positions(r.n_samples, max_samples, seed) for r in resolved]
+    keeps = [subsample_positions(r.n_samples, max_samples, seed, _n_elements(r)) for r in resolved]
     vectors = [orbit_vectors(r, variable, keep) for r, keep in zip(resolved, keeps)]
     own_ids = [np.asarray(r.data["sample"].values) for r in resolved]
     ids = np.concatenate([i if keep is None else i[keep] for i, keep in zip(own_ids, keeps)])

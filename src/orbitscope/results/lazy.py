@@ -21,6 +21,7 @@ alternatives side by side.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,12 +33,13 @@ from xarray.core import indexing
 
 from ..errors import DamagedRunError, StoreError
 
-__all__ = ["ChunkBounds", "RowChunkedArray", "ChunkFile", "read_chunk_file", "check_chunk_file", "lazy_variable",
+__all__ = ["ChunkBounds", "RowChunkedArray", "ChunkFile", "ChunkTable", "read_chunk_file", "check_chunk_file", "lazy_variable",
            "ResultSource", "outer_index", "file_crc", "verify_chunk_file"]
 
 _CRC_BLOCK = 1 << 20
-#: Chunk files whose checksum was verified by this process: (path, size, mtime_ns, crc).
-_VERIFIED: set[tuple[str, int, int, int]] = set()
+#: Chunk files whose checksum this process verified: a 64-bit digest of (path, size, mtime_ns, crc),
+#: so the set costs tens of bytes per file however many runs are read.
+_VERIFIED: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,14 @@ class ChunkBounds:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def split(self, max_rows: int) -> "ChunkBounds":
+        """The same chunks cut into pieces of at most ``max_rows`` samples (never across chunks)."""
+        if max_rows >= int(np.max(self.stops - self.starts, initial=0)):
+            return self
+        starts = np.concatenate([np.arange(a, b, max_rows) for a, b in zip(self.starts, self.stops)]).astype(np.int64)
+        stops = np.minimum(starts + max_rows, np.repeat(self.stops, -(-(self.stops - self.starts) // max_rows)))
+        return ChunkBounds(starts, stops.astype(np.int64))
 
     def locate(self, positions: np.ndarray) -> np.ndarray:
         """The chunk holding each position."""
@@ -174,6 +184,31 @@ class ChunkFile:
     crc: int | None
 
 
+@dataclass(frozen=True)
+class ChunkTable:
+    """The stored chunks of one variable, compactly (arrays, not one object per file): chunk
+    ``i`` is ``folder/<chunks[i]:06d>.npy`` with ``rows[i]`` samples and CRC-32 ``crcs[i]``
+    (-1: recorded before checksums)."""
+
+    folder: Path
+    run_id: str
+    dtype: np.dtype
+    chunks: np.ndarray
+    rows: np.ndarray
+    crcs: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def file(self, i: int) -> ChunkFile:
+        crc = int(self.crcs[i])
+        return ChunkFile(self.folder / f"{int(self.chunks[i]):06d}.npy", self.run_id, int(self.chunks[i]),
+                         int(self.rows[i]), self.dtype, None if crc < 0 else crc)
+
+    def read(self, i: int) -> np.ndarray:
+        return read_chunk_file(self.file(i))
+
+
 def _header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     """(shape, dtype, data offset) from a ``.npy`` header, reading only the header."""
     with open(path, "rb") as fh:
@@ -227,7 +262,8 @@ def verify_chunk_file(f: ChunkFile) -> None:
     except FileNotFoundError:
         check_chunk_file(f)  # raises the missing-file error
         raise
-    key = (str(f.path), st.st_size, st.st_mtime_ns, f.crc)
+    key = int.from_bytes(hashlib.blake2b(f"{f.path}|{st.st_size}|{st.st_mtime_ns}|{f.crc}".encode(),
+                                         digest_size=8).digest(), "little")
     if key in _VERIFIED:
         return
     if file_crc(f.path) != f.crc:
@@ -269,8 +305,8 @@ class ResultSource:
     namespace: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def derived(self, namespace: str) -> "ResultSource":
-        return ResultSource(self.run_id, self.bounds, self.version, self.cache,
+    def derived(self, namespace: str, bounds: ChunkBounds | None = None) -> "ResultSource":
+        return ResultSource(self.run_id, self.bounds if bounds is None else bounds, self.version, self.cache,
                             f"{self.namespace}/{namespace}" if self.namespace else namespace, self.extra)
 
     def cache_key(self, what: str) -> str:

@@ -38,7 +38,7 @@ from .streaming import GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
            "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
-           "subset_mask", "fill_value", "CHUNK_SAMPLES"]
+           "subset_mask", "fill_value", "CHUNK_SAMPLES", "PIECE_VALUES", "rows_for"]
 
 
 
@@ -172,6 +172,14 @@ def _subset_key(mask: np.ndarray | None) -> str:
 
 #: Samples per pass of :meth:`OrbitResult.chunks` when the result's stored chunking is not known.
 CHUNK_SAMPLES = 4096
+#: At most this many values (samples × cells, all variables read) per piece of a stored result
+#: in :meth:`OrbitResult.chunks`, so a pass's working set does not grow with the orbit's size.
+PIECE_VALUES = 1 << 16
+
+
+def rows_for(n_values_per_sample: int, max_values: int = PIECE_VALUES) -> int:
+    """Samples per piece so that a piece holds at most ``max_values`` values (at least one)."""
+    return max(1, int(max_values) // max(int(n_values_per_sample), 1))
 
 
 class OrbitResult:
@@ -190,17 +198,21 @@ class OrbitResult:
         modified; the lazy original is unchanged and its cached aggregates are not used)."""
         return OrbitResult(self.data.copy(deep=False).load())
 
-    def chunks(self, variables: Sequence[str] | None = None, *,
-               size: int = CHUNK_SAMPLES) -> Iterator[tuple[slice, "OrbitResult"]]:
+    def chunks(self, variables: Sequence[str] | None = None, *, size: int = CHUNK_SAMPLES,
+               max_values: int = PIECE_VALUES) -> Iterator[tuple[slice, "OrbitResult"]]:
         """The result in consecutive pieces of samples, each in memory: ``(positions, piece)``.
 
-        A stored result is cut at its stored chunks (each read once); others in pieces of
-        ``size`` samples. ``variables`` restricts what is read (default: all).
+        A stored result is cut at its stored chunks (each file read once per pass), and those
+        into pieces of at most ``max_values`` values of the variables read, so the working set
+        is bounded whatever the orbit's size; others in pieces of ``size`` samples.
+        ``variables`` restricts what is read (default: all).
         """
         names = list(self.data.data_vars) if variables is None else list(dict.fromkeys(variables))
         ds = self.data[names]
         if self.source is not None:
-            bounds = list(zip(self.source.bounds.starts.tolist(), self.source.bounds.stops.tolist()))
+            per_sample = sum(int(np.prod([n for d, n in ds[v].sizes.items() if d != "sample"])) for v in names)
+            pieces = self.source.bounds.split(rows_for(per_sample, max_values))
+            bounds = list(zip(pieces.starts.tolist(), pieces.stops.tolist()))
         else:
             n = self.n_samples
             bounds = [(a, min(a + size, n)) for a in range(0, n, size)]

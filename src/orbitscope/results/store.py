@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 from ..errors import StoreError
-from .lazy import (ChunkBounds, ChunkFile, ResultSource, RowChunkedArray, check_chunk_file, file_crc, lazy_variable,
+from .lazy import (ChunkBounds, ChunkTable, ResultSource, RowChunkedArray, check_chunk_file, file_crc, lazy_variable,
                    read_chunk_file, verify_chunk_file)
 from .result import OrbitResult, fill_value, result_from_arrays
 
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS chunks (
 """ + _AGGREGATES + ";"
 
 
-_TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp$")
+_TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp(-journal|-wal|-shm)?$")  # with SQLite's companions
 _TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
 
 
@@ -524,20 +524,23 @@ class Store:
         sizes = [stop - start for _, start, stop, _ in chunks]
         bounds = ChunkBounds.from_sizes(sizes)
         values: dict[str, Any] = {}
+        ids = np.asarray([c for c, _, _, _ in chunks], dtype=np.int64)
+        rows = np.asarray(sizes, dtype=np.int64)
+        sums = [json.loads(checksum) if checksum else {} for _, _, _, checksum in chunks]
         for name, spec in rec.layout["variables"].items():
-            files = []
-            for chunk, start, stop, checksum in chunks:
-                sums = json.loads(checksum) if checksum else {}
-                files.append(ChunkFile(base / name / f"{chunk:06d}.npy", rec.run_id, chunk, stop - start,
-                                       np.dtype(spec["dtype"]), int(sums[name]) if name in sums else None))
-            shapes = [check_chunk_file(f) for f in files]
-            if verify:
-                for f in files:
+            dtype = np.dtype(spec["dtype"])
+            crcs = np.asarray([int(s[name]) if name in s else -1 for s in sums], dtype=np.int64)
+            table = ChunkTable(base / name, rec.run_id, dtype, ids, rows, crcs)
+            shapes = set()
+            for i in range(len(table)):  # headers and sizes now; checksums now only if verify
+                f = table.file(i)
+                shapes.add(check_chunk_file(f))
+                if verify:
                     verify_chunk_file(f)
             extra = _extra_shape(name, spec, shapes, rec.layout)
-            values[name] = RowChunkedArray((bounds.n, *extra), np.dtype(spec["dtype"]), bounds,
-                                           _reader(files), fill=fill_value(np.dtype(spec["dtype"])))
-        samples = np.concatenate([np.arange(s, e) for _, s, e, _ in chunks]) if chunks else np.arange(0)
+            values[name] = RowChunkedArray((bounds.n, *extra), dtype, bounds, _reader(table), fill=fill_value(dtype))
+        contiguous = all(start == at for (_, start, _, _), at in zip(chunks, bounds.starts.tolist()))
+        samples = np.arange(bounds.n) if contiguous else np.concatenate([np.arange(s, e) for _, s, e, _ in chunks])
         attrs = dict(rec.attrs, run_id=rec.run_id, run_name=rec.name, status=rec.status, n_samples=len(samples))
         source = ResultSource(rec.run_id, bounds, _version(rec, chunks), _RunCache(self, rec.run_id))
         result = result_from_arrays(rec.layout, {k: lazy_variable(v) for k, v in values.items()}, samples, attrs,
@@ -594,11 +597,11 @@ class _RunCache:
         self.store.cache_put(self.run_id, key, value)
 
 
-def _reader(files: list[ChunkFile]) -> Any:
-    return lambda i: read_chunk_file(files[i])
+def _reader(table: ChunkTable) -> Any:
+    return lambda i: read_chunk_file(table.file(i))
 
 
-def _extra_shape(name: str, spec: dict[str, Any], shapes: list[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
+def _extra_shape(name: str, spec: dict[str, Any], shapes: set[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
     """The shape after ``sample`` of a stored variable; ragged variables take the largest."""
     extras = {sh[1:] for sh in shapes}
     if not extras:  # no chunks yet
