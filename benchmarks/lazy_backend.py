@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def data_dir(work: Path, backend: str) -> Path:
     return work / "store" if backend == "orbitscope" else work / backend
 
 
-def backend_ops(backend: str, work: Path, n: int, e: int) -> tuple[callable, dict[str, callable]]:
+def backend_ops(backend: str, work: Path, n: int, e: int) -> tuple[Callable, dict[str, Callable]]:
     """``(open, {op: fn(handle)})`` for one backend (imports its libraries)."""
     rng, idx = positions(n)
     col = e // 2
@@ -82,7 +83,7 @@ def backend_ops(backend: str, work: Path, n: int, e: int) -> tuple[callable, dic
         def mean(h):
             return osc.aggregate(h[1], "confidence")["mean"].values
 
-        v = lambda h: h[1].data["confidence"]  # noqa: E731
+        v = lambda h: h[1].data["confidence"]
         return open_, {"column": lambda h: v(h)[:, col].values, "range": lambda h: v(h)[rng].values,
                        "scattered": lambda h: v(h).isel(sample=idx).values, "mean": mean, "full": lambda h: v(h).values}
     if backend.startswith("zarr"):
@@ -114,9 +115,10 @@ def backend_ops(backend: str, work: Path, n: int, e: int) -> tuple[callable, dic
 
 
 def _status_kb(field: str) -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     raise KeyError(field)
 
 
@@ -151,8 +153,9 @@ def child(backend: str, op: str, work: str, n: str, e: str) -> None:
 
 def build(work: Path, values: np.ndarray) -> None:
     """Store ``values`` as an orbitscope run and as two Zarr arrays."""
-    import orbitscope as osc
     import zarr
+
+    import orbitscope as osc
     from orbitscope.tasks.variables import Variable
 
     n, e = values.shape
@@ -174,7 +177,7 @@ def build(work: Path, values: np.ndarray) -> None:
 
 def expected(values: np.ndarray) -> dict[str, object]:
     rng, idx = positions(values.shape[0])
-    s = lambda a: float(np.sum(a, dtype=np.float64))  # noqa: E731
+    s = lambda a: float(np.sum(a, dtype=np.float64))
     return {"open": list(values.shape), "column": s(values[:, values.shape[1] // 2]), "range": s(values[rng]),
             "scattered": s(values[idx]), "mean": s(values.mean(axis=0, dtype=np.float64)), "full": s(values)}
 
@@ -207,7 +210,7 @@ def main() -> None:
             for b in BACKENDS:
                 for op in OPS:
                     p = subprocess.run([sys.executable, "-c", CHILD_CODE, here, b, op, tmp, str(args.samples),
-                                        str(args.elements)], capture_output=True, text=True)
+                                        str(args.elements)], check=False, capture_output=True, text=True)
                     if p.returncode != 0:
                         sys.exit(f"{b} {op} failed:\n{p.stderr}")
                     m = json.loads(p.stdout.strip().splitlines()[-1])
@@ -218,10 +221,10 @@ def main() -> None:
 
     lines = [
         f"# {datetime.date.today().isoformat()}  command: python benchmarks/lazy_backend.py {' '.join(sys.argv[1:])}".rstrip(),
-        f"# python {platform.python_version()}, numpy {np.__version__}, zarr {zarr.__version__}, dask {dask.__version__}, "
-        f"xarray {xarray.__version__}",
-        f"# {args.samples:,} samples x {args.elements} elements float32 ({values.nbytes / 2**20:.1f} MiB), chunks of "
-        f"{CHUNK} samples; {args.repeats} interleaved rounds, one fresh process per measurement, warm page cache",
+        (f"# python {platform.python_version()}, numpy {np.__version__}, zarr {zarr.__version__}, "
+         f"dask {dask.__version__}, xarray {xarray.__version__}"),
+        (f"# {args.samples:,} samples x {args.elements} elements float32 ({values.nbytes / 2**20:.1f} MiB), chunks of "
+         f"{CHUNK} samples; {args.repeats} interleaved rounds, one fresh process per measurement, warm page cache"),
         "",
         "time: best ms (spread max-min over rounds)",
         f"{'operation':<26}" + "".join(f"{b:>15}" for b in BACKENDS),
@@ -237,8 +240,8 @@ def main() -> None:
         lines.append(f"{OP_LABEL[op]:<26}" + "".join(f"{min(m['mib'] for m in res[b, op]):15.1f}" for b in BACKENDS))
     lines += ["", f"{'on disk, MiB':<26}" + "".join(f"{disk[b]:15.2f}" for b in BACKENDS),
               "(orbitscope: chunk files + catalog.sqlite; dask-* read the same chunk files)",
-              "orbitscope times include the CRC-32 check of each chunk read (first read in a process); "
-              "zarr and dask check nothing",
+              ("orbitscope times include the CRC-32 check of each chunk read (first read in a process); "
+               "zarr and dask check nothing"),
               "dask-npy: from_array copies each memory map, so open reads everything into memory",
               "peak RSS counts the file pages a memory map touches (orbitscope, dask-delayed) like heap memory",
               f"total wall time {time.perf_counter() - started:.0f} s"]

@@ -19,7 +19,10 @@ Operations, on the same stores:
              (``benchmarks/interface_latency.Session.load``), cache cleared first.
 
 Rounds are interleaved (small, large, small, large, ...); the best (lowest) added memory of each
-is kept and the spread over rounds printed. Also timed: loading one aggregate (accuracy per
+is kept and the spread over rounds printed. Each operation then runs a second time under
+``tracemalloc``: its traced peak counts the Python and numpy allocations of the operation alone
+(exact, not blurred by memory the allocator kept from earlier work; torch's own allocations, i.e.
+the model's activations inside ``evaluate``, are not traced: RSS covers them). Also timed: loading one aggregate (accuracy per
 element) of the 60,000-sample run from the store, cold (computed from the chunks) and cached.
 
 Usage: python benchmarks/memory_budget.py [--repeats 2] [--out benchmarks/results/memory_budget.txt]
@@ -95,27 +98,41 @@ with tempfile.TemporaryDirectory() as tiny:
 if op != "evaluate":
     store = osc.Store(home)
     run_id = store.runs()[0].run_id
-    store.clear_cache(run_id)
-with open("/proc/self/clear_refs", "w") as fh:
+def measured():
+    extra = {{}}
+    t0 = time.perf_counter()
+    if op == "evaluate":
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)
+        extra["n"] = evaluate(home, d, o).result.n_samples
+    elif op == "aggregate":
+        store.clear_cache(run_id)
+        aggregate(store, run_id)
+        extra["cold_s"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        osc.Store(home).load(run_id).aggregate("correct")
+        extra["cached_s"] = time.perf_counter() - t1
+    elif op == "report":
+        store.clear_cache(run_id)
+        report(store, run_id, home + "/report.html")
+    else:
+        store.clear_cache(run_id)
+        interface(store, run_id)
+    extra["seconds"] = time.perf_counter() - t0
+    return extra
+
+with open("/proc/self/clear_refs", "w") as fh:  # RSS: everything (torch too), peak reset here
     fh.write("5")
 before = status("VmRSS")
-t0 = time.perf_counter()
-extra = {{}}
-if op == "evaluate":
-    run = evaluate(home, d, o)
-    extra["n"] = run.result.n_samples
-elif op == "aggregate":
-    aggregate(store, run_id)
-    extra["cold_s"] = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    osc.Store(home).load(run_id).aggregate("correct")
-    extra["cached_s"] = time.perf_counter() - t1
-elif op == "report":
-    report(store, run_id, home + "/report.html")
-else:
-    interface(store, run_id)
-seconds = time.perf_counter() - t0
-print(json.dumps(dict(before_mb=before, peak_mb=status("VmHWM"), seconds=seconds, **extra)))
+row = measured()
+row.update(before_mb=before, peak_mb=status("VmHWM"))
+import gc, tracemalloc  # then the same again, traced: Python and numpy allocations only, exact
+gc.collect()
+tracemalloc.start()
+traced = measured()
+row["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+tracemalloc.stop()
+print(json.dumps(row))
 """
 
 FAMILIES = {"samples": (6000, 60000), "elements": (73, 730)}
@@ -150,19 +167,22 @@ def main() -> None:
                         results.setdefault((op, family, size), []).append(row)
                         print(f"round {r + 1}: {op:9s} {family:8s} {size:6d}: added {row['added_mb']:7.1f} MB "
                               f"in {row['seconds']:6.1f} s", flush=True)
-    lines.append(f"# memory_budget.py, {time.strftime('%Y-%m-%d %H:%M')}, python {platform.python_version()}, "
-                 f"{args.repeats} interleaved rounds; MB = MiB of peak RSS added by the operation (best of rounds, "
-                 "spread = max - min)")
-    lines.append(f"{'operation':10s} {'family':9s} {'small':>7s} {'large':>7s} {'MB small':>9s} {'MB large':>9s} "
-                 f"{'ratio':>6s} {'spread':>12s} {'s small':>8s} {'s large':>8s}")
+    lines.append(f"# python benchmarks/memory_budget.py --repeats {args.repeats}   ({time.strftime('%Y-%m-%d %H:%M')} UTC, "
+                 f"python {platform.python_version()}, {args.repeats} interleaved rounds)")
+    lines.append("# RSS+ = MiB of peak RSS added by the operation (best of rounds; spread = max - min); traced = MiB "
+                 "traced peak (tracemalloc: Python + numpy allocations of the operation itself)")
+    lines.append(f"{'operation':10s} {'family':9s} {'small':>6s} {'large':>6s} | {'RSS+ small':>10s} {'large':>7s} "
+                 f"{'ratio':>6s} {'spread':>11s} | {'traced small':>12s} {'large':>7s} {'ratio':>6s} | "
+                 f"{'s small':>7s} {'s large':>7s}")
     for op in OPS:
         for family, (a, b) in FAMILIES.items():
             ra, rb = results[(op, family, a)], results[(op, family, b)]
             ma, mb = min(x["added_mb"] for x in ra), min(x["added_mb"] for x in rb)
             spread = (max(x["added_mb"] for x in ra) - ma, max(x["added_mb"] for x in rb) - mb)
-            lines.append(f"{op:10s} {family:9s} {a:7d} {b:7d} {ma:9.1f} {mb:9.1f} {mb / ma:6.2f} "
-                         f"{spread[0]:5.1f}/{spread[1]:5.1f} {min(x['seconds'] for x in ra):8.1f} "
-                         f"{min(x['seconds'] for x in rb):8.1f}")
+            ta, tb = min(x["traced_peak_mb"] for x in ra), min(x["traced_peak_mb"] for x in rb)
+            lines.append(f"{op:10s} {family:9s} {a:6d} {b:6d} | {ma:10.1f} {mb:7.1f} {mb / max(ma, 0.1):6.2f} "
+                         f"{spread[0]:5.1f}/{spread[1]:5.1f} | {ta:12.1f} {tb:7.1f} {tb / max(ta, 0.1):6.2f} | "
+                         f"{min(x['seconds'] for x in ra):7.1f} {min(x['seconds'] for x in rb):7.1f}")
     agg = results[("aggregate", "samples", 60000)]
     lines.append(f"one aggregate (accuracy per element) of the 60,000-sample run: cold (with correct, confidence, "
                  f"by label, summary) {min(x['cold_s'] for x in agg):.2f} s; cached "

@@ -265,3 +265,30 @@ def test_stores_written_by_earlier_versions_open_lazily_and_cache_aggregates(fix
     np.testing.assert_array_equal(agg["mean"].values, fresh.result.correct.values.mean(0))
     key = lazy.source.cache_key("moments:correct:all")
     assert st.cache_get(rec.run_id, key) is not None
+
+
+def test_dataset_metrics_read_only_what_the_task_computes_from(stored, monkeypatch):
+    store, run, mem = stored
+    import orbitscope.results.store as store_module
+
+    read = set()
+    real = store_module.read_chunk_file
+    monkeypatch.setattr(store_module, "read_chunk_file", lambda f, **kw: read.add(f.path.parent.name) or real(f, **kw))
+    lazy = osc.dataset_metrics(store.load(run.run_id))
+    assert read == {"label", "correct"}  # not the inputs, not the probabilities
+    np.testing.assert_array_equal(lazy["class_accuracy"].values, osc.dataset_metrics(mem.result)["class_accuracy"].values)
+
+
+def test_per_sample_orbit_statistics_are_cached_too(stored, monkeypatch, tmp_path):
+    from orbitscope.analysis.reduce import orbit_statistic
+
+    store, run, mem = stored
+    home = tmp_path / "copy"
+    shutil.copytree(store.home, home)
+    st = osc.Store(home)
+    first = orbit_statistic(st.load(run.run_id), "confidence", "std")
+    import orbitscope.results.store as store_module
+
+    monkeypatch.setattr(store_module, "read_chunk_file", lambda f, **kw: (_ for _ in ()).throw(AssertionError("read")))
+    np.testing.assert_array_equal(orbit_statistic(st.load(run.run_id), "confidence", "std"), first)
+    np.testing.assert_array_equal(first, mem.result.confidence.values.astype(np.float64).std(axis=1))

@@ -162,7 +162,8 @@ def orbit_statistic(result: OrbitResult | Any, variable: str,
         raise ValueError(f"stat must be one of {sorted(_STATS)}, got {stat!r}")
     res = as_result(result)
     orbit_vectors(res, variable, positions=np.empty(0, np.int64))  # checks the variable and its dims
-    return res.per_sample([variable], lambda piece: _STATS[stat](orbit_vectors(piece, variable), axis=1))
+    return res.per_sample([variable], lambda piece: _STATS[stat](orbit_vectors(piece, variable), axis=1),
+                          key=f"orbit-{stat}:{variable}")
 
 
 # --------------------------------------------------------------------------- embedding

@@ -34,7 +34,7 @@ from scipy import stats
 from ..group.orbits import Orbit, orbit_from_spec
 from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
 from .lazy import ResultSource
-from .streaming import GroupedMoments, Moments
+from .streaming import CachedArray, GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
            "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
@@ -271,11 +271,19 @@ class OrbitResult:
         return self._cached(f"grouped:{variable}:{by}:{_subset_key(mask)}", lambda: GroupedMoments.accumulate(pieces()),
                             GroupedMoments)
 
-    def per_sample(self, variables: Sequence[str], fn: Callable[["OrbitResult"], np.ndarray]) -> np.ndarray:
+    def per_sample(self, variables: Sequence[str], fn: Callable[["OrbitResult"], np.ndarray],
+                   key: str | None = None) -> np.ndarray:
         """``fn(piece)`` of each piece of :meth:`chunks` (one value per sample), concatenated:
-        per-sample orbit summaries without holding the run in memory."""
-        parts = [np.asarray(fn(piece)) for _, piece in self.chunks(variables)]
-        return np.concatenate(parts) if parts else np.empty(0)
+        per-sample orbit summaries without holding the run in memory. With a ``key`` naming
+        what ``fn`` computes, the values are cached in the store."""
+
+        def compute() -> CachedArray:
+            parts = [np.asarray(fn(piece)) for _, piece in self.chunks(variables)]
+            return CachedArray(np.concatenate(parts) if parts else np.empty(0))
+
+        if key is None:
+            return compute().values
+        return self._cached(f"per-sample:{key}", compute, CachedArray).values
 
     # provenance ---------------------------------------------------------------------------
     @property
@@ -481,6 +489,8 @@ def result_from_arrays(layout: dict[str, Any], values: dict[str, Any], samples: 
 def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
     """Dataset-level metrics per orbit element from the task's ``compute`` (e.g.
     ``class_accuracy`` for classification), over all samples or a ``subset`` (mask / indices).
+    Only the variables the task's ``compute_reads`` names are read from a stored run (for
+    classification the label and correctness: a few bytes per sample and element).
 
     Returns:
         Dataset over the orbit dims, one variable per metric (with its metadata in attrs).
@@ -492,7 +502,9 @@ def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
         raise ValueError("the result carries no task spec; use the OrbitResult that evaluate() returned")
     task = task_from_spec(json.loads(ds.attrs["task"]) if isinstance(ds.attrs["task"], str) else ds.attrs["task"])
     dims = tuple(json.loads(ds.attrs["orbit_dims"]))
-    sel = ds if subset is None else ds.isel(sample=np.asarray(subset))
+    reads = task.compute_reads if task.compute_reads is not None else [n for n in ds.data_vars if n != "input"]
+    sel = ds[[n for n in reads if n in ds]]
+    sel = sel if subset is None else sel.isel(sample=np.asarray(subset))
     states = {n: sel[n].transpose("sample", *[d for d in sel[n].dims if d != "sample"]).values for n in sel.data_vars}
     metrics = task.compute(states, len(dims))
     meta = {v.name: v for v in task.dataset_variables()}

@@ -22,7 +22,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Moments", "GroupedMoments"]
+__all__ = ["Moments", "GroupedMoments", "CachedArray"]
+
+
+@dataclass
+class CachedArray:
+    """One array, in the form the aggregate cache keeps (e.g. a per-sample orbit statistic)."""
+
+    values: np.ndarray
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, np.asarray(self.values), allow_pickle=False)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "CachedArray":
+        return cls(np.load(io.BytesIO(raw), allow_pickle=False))
 
 
 @dataclass

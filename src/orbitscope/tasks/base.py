@@ -148,6 +148,10 @@ class Task:
         """Variables that ``compute`` returns (over orbit dims only)."""
         return []
 
+    #: the stored variables ``compute`` reads (None: every variable except the stored input), so
+    #: :func:`orbitscope.results.dataset_metrics` reads only those from a stored run
+    compute_reads: tuple[str, ...] | None = None
+
     # -- consensus -----------------------------------------------------------------------------
     #: whether ``evaluate(..., consensus=True)`` is available for this task
     supports_consensus: bool = False

@@ -150,6 +150,8 @@ class Classification(Task):
             res["probabilities"] = probs
         return res
 
+    compute_reads = ("label", "correct")
+
     def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
         if "label" not in states or "correct" not in states:
             return {}
