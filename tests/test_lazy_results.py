@@ -19,7 +19,7 @@ from torch import nn
 import orbitscope as osc
 from orbitscope.data import mnist_subset
 from orbitscope.results.lazy import ChunkBounds, RowChunkedArray, lazy_variable
-from orbitscope.results.streaming import GroupedMoments, Moments
+from orbitscope.results.streaming import Moments
 
 DATA = Path(__file__).parent / "data"
 
@@ -96,7 +96,7 @@ def test_label_selection_and_a_class_subset(stored):
 
 def test_only_the_chunks_holding_the_selection_are_read(stored, monkeypatch):
     store, run, _ = stored
-    import orbitscope.results.store as store_module
+    import orbitscope.results.lazy as store_module
 
     read = []
     real = store_module.read_chunk_file
@@ -204,7 +204,7 @@ def test_aggregates_are_cached_in_the_store_and_invalidated_when_chunks_change(s
     shutil.copytree(store.home, home)
     st = osc.Store(home)
     first = osc.aggregate(st.load(run.run_id), "confidence", by="label")
-    import orbitscope.results.store as store_module
+    import orbitscope.results.lazy as store_module
 
     def no_reading(f, **kw):
         raise AssertionError(f"chunk {f.chunk} of {f.path.parent.name} was read")
@@ -269,7 +269,7 @@ def test_stores_written_by_earlier_versions_open_lazily_and_cache_aggregates(fix
 
 def test_dataset_metrics_read_only_what_the_task_computes_from(stored, monkeypatch):
     store, run, mem = stored
-    import orbitscope.results.store as store_module
+    import orbitscope.results.lazy as store_module
 
     read = set()
     real = store_module.read_chunk_file
@@ -287,7 +287,7 @@ def test_per_sample_orbit_statistics_are_cached_too(stored, monkeypatch, tmp_pat
     shutil.copytree(store.home, home)
     st = osc.Store(home)
     first = orbit_statistic(st.load(run.run_id), "confidence", "std")
-    import orbitscope.results.store as store_module
+    import orbitscope.results.lazy as store_module
 
     monkeypatch.setattr(store_module, "read_chunk_file", lambda f, **kw: (_ for _ in ()).throw(AssertionError("read")))
     np.testing.assert_array_equal(orbit_statistic(st.load(run.run_id), "confidence", "std"), first)

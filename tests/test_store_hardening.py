@@ -249,7 +249,7 @@ def test_two_processes_evaluating_the_same_run_compute_it_once(tmp_path):
     ("file is not a database", "corrupt or not an orbitscope catalog"),
 ])
 def test_sqlite_errors_are_named_as_what_they_are(tmp_path, message, expected):
-    from orbitscope.results.store import describe_sqlite_error
+    from orbitscope.results.store_errors import describe_sqlite_error
 
     import re
     assert re.search(expected, describe_sqlite_error(__import__("sqlite3").OperationalError(message), tmp_path / "c"))

@@ -22,6 +22,7 @@ alternatives side by side.
 from __future__ import annotations
 
 import hashlib
+import json
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ from xarray.core import indexing
 from ..errors import DamagedRunError, StoreError
 
 __all__ = ["ChunkBounds", "RowChunkedArray", "ChunkFile", "ChunkTable", "read_chunk_file", "check_chunk_file", "lazy_variable",
-           "ResultSource", "outer_index", "file_crc", "verify_chunk_file"]
+           "ResultSource", "outer_index", "file_crc", "verify_chunk_file", "stored_arrays", "fill_value"]
 
 _CRC_BLOCK = 1 << 20
 #: Chunk files whose checksum this process verified: a 64-bit digest of (path, size, mtime_ns, crc),
@@ -283,6 +284,50 @@ def read_chunk_file(f: ChunkFile, *, mmap: bool = True) -> np.ndarray:
         return np.load(f.path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+
+
+def stored_arrays(layout: dict[str, Any], chunks: Sequence[tuple[int, int, int, str | None]], base: Path, run_id: str,
+                  bounds: ChunkBounds, *, verify: bool = False) -> dict[str, RowChunkedArray]:
+    """One lazy array per stored variable of a run: ``chunks`` are the catalog's rows
+    ``(chunk, start, stop, checksums JSON)`` in sample order, ``base`` the run's folder. Every
+    chunk file's header and size are checked now (its checksum too when ``verify``)."""
+    ids = np.asarray([c for c, _, _, _ in chunks], dtype=np.int64)
+    rows = np.asarray([stop - start for _, start, stop, _ in chunks], dtype=np.int64)
+    sums = [json.loads(checksum) if checksum else {} for _, _, _, checksum in chunks]
+    out = {}
+    for name, spec in layout["variables"].items():
+        dtype = np.dtype(spec["dtype"])
+        crcs = np.asarray([int(s[name]) if name in s else -1 for s in sums], dtype=np.int64)
+        table = ChunkTable(base / name, run_id, dtype, ids, rows, crcs)
+        shapes = set()
+        for i in range(len(table)):
+            f = table.file(i)
+            shapes.add(check_chunk_file(f))
+            if verify:
+                verify_chunk_file(f)
+        extra = _extra_shape(name, spec, shapes, layout)
+        out[name] = RowChunkedArray((bounds.n, *extra), dtype, bounds, table.read, fill=fill_value(dtype))
+    return out
+
+
+def fill_value(dtype: np.dtype) -> Any:
+    """Padding of ragged variables: NaN for floats, -1 for signed integers, 0 otherwise."""
+    if np.issubdtype(dtype, np.floating):
+        return np.nan
+    return -1 if np.issubdtype(dtype, np.signedinteger) else 0
+
+
+def _extra_shape(name: str, spec: dict[str, Any], shapes: set[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
+    """The shape after ``sample`` of a stored variable; ragged variables take the largest."""
+    extras = {sh[1:] for sh in shapes}
+    if not extras:  # no chunks yet
+        return (*([] if spec.get("per_sample") else layout["orbit_shape"]), *spec["extra_shape"])
+    if len(extras) == 1:
+        return next(iter(extras))
+    if not spec.get("ragged") or len({len(e) for e in extras}) != 1:
+        raise StoreError(f"variable {name!r} has different shapes in different chunks ({sorted(extras)}); only "
+                         "variables declared ragged (e.g. a varying number of boxes) may")
+    return tuple(max(e[i] for e in extras) for i in range(len(next(iter(extras)))))
 
 
 # --------------------------------------------------------------------------- where a result lives

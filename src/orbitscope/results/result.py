@@ -6,7 +6,13 @@ whose ``attrs`` hold provenance (model id and hash, data id, orbit and task spec
 versions, creation time, seed). Attribute access falls through to the dataset, so
 ``result.confidence.sel(angle=90)`` works.
 
-Aggregates carry confidence intervals:
+A result read from the store is *lazy* (:mod:`orbitscope.results.lazy`): its variables are read
+on demand and by selection, and it knows where it came from (:attr:`OrbitResult.source`). Passes
+over it (:meth:`OrbitResult.chunks`) go one stored chunk at a time, so aggregates, grouped
+aggregates and per-sample summaries never hold the run in memory; their sufficient statistics are
+cached in the store (:mod:`orbitscope.results.streaming`).
+
+Aggregates carry confidence intervals (:mod:`orbitscope.results.intervals`):
 
 * binary variables (``correct``): the **Wilson score interval** for a binomial proportion;
 * continuous variables (``confidence`` …): the **Student-t interval** for the mean,
@@ -29,54 +35,17 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import xarray as xr
-from scipy import stats
 
 from ..group.orbits import Orbit, orbit_from_spec
 from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
-from .lazy import ResultSource
+from .intervals import mean_interval, t_interval, wilson_interval
+from .lazy import ResultSource, fill_value
 from .streaming import CachedArray, GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
            "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
            "subset_mask", "fill_value", "CHUNK_SAMPLES", "PIECE_VALUES", "rows_for"]
 
-
-
-def wilson_interval(successes: np.ndarray, n: np.ndarray | int, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval for a binomial proportion (elementwise); n = 0 gives (0, 1)."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    k = np.asarray(successes, dtype=np.float64)
-    n_arr = np.asarray(n, dtype=np.float64)
-    z = stats.norm.ppf(0.5 + level / 2)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = k / n_arr
-        denom = 1 + z * z / n_arr
-        centre = (p + z * z / (2 * n_arr)) / denom
-        half = z * np.sqrt(p * (1 - p) / n_arr + z * z / (4 * n_arr * n_arr)) / denom
-    lo = np.where((n_arr > 0) & (k > 0), centre - half, 0.0)  # exact 0 / 1 at k = 0 / k = n
-    hi = np.where((n_arr > 0) & (k < n_arr), centre + half, 1.0)
-    return np.clip(lo, 0, 1), np.clip(hi, 0, 1)
-
-
-def t_interval(mean: np.ndarray, sd: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Student-t interval mean ± t_{1-a/2, n-1} · sd / sqrt(n) (elementwise); infinite for n <= 1."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1))
-        half = np.where(n > 1, t * sd / np.sqrt(n), np.inf)
-    return mean - half, mean + half
-
-
-def mean_interval(values: np.ndarray, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean and Student-t confidence interval along ``axis`` (NaNs ignored), of values in memory
-    (:func:`aggregate` computes the same chunk by chunk)."""
-    v = np.asarray(values, dtype=np.float64)
-    n = np.sum(~np.isnan(v), axis=axis)
-    mean = np.nanmean(v, axis=axis) if v.size else np.full(np.delete(v.shape, axis), np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sd = np.nanstd(v, axis=axis, ddof=1) if v.shape[axis] > 1 else np.zeros_like(mean)
-    lo, hi = t_interval(mean, sd, n, level)
-    return mean, lo, hi
 
 
 def aggregate(data: xr.Dataset | "OrbitResult", variable: str, *, level: float = 0.95, subset: Any = None,
@@ -393,15 +362,6 @@ class OrbitResult:
     def equals(self, other: "OrbitResult") -> bool:
         """Same variables with identical values (provenance timestamps ignored)."""
         return bool(self.data.drop_attrs().identical(other.data.drop_attrs()))
-
-
-def fill_value(dtype: np.dtype) -> Any:
-    """Padding for ragged variables: NaN for floats, -1 for signed integers, 0 otherwise."""
-    if np.issubdtype(dtype, np.floating):
-        return np.nan
-    if np.issubdtype(dtype, np.signedinteger):
-        return -1
-    return 0
 
 
 def _join(chunks: list[np.ndarray], ragged: bool, name: str) -> np.ndarray:

@@ -22,7 +22,6 @@ through xarray.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -37,9 +36,9 @@ from typing import Any, Iterator
 
 import numpy as np
 from ..errors import StoreError
-from .lazy import (ChunkBounds, ChunkTable, ResultSource, RowChunkedArray, check_chunk_file, file_crc, lazy_variable,
-                   read_chunk_file, verify_chunk_file)
-from .result import OrbitResult, fill_value, result_from_arrays
+from .store_errors import describe_sqlite_error, fsync_dir, os_error_message, pid_alive
+from .lazy import ChunkBounds, ResultSource, file_crc, lazy_variable, stored_arrays
+from .result import OrbitResult, result_from_arrays
 
 __all__ = ["Store", "StoreError", "RunRecord", "default_home", "open_store"]
 
@@ -71,60 +70,6 @@ CREATE TABLE IF NOT EXISTS chunks (
 
 _TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp(-journal|-wal|-shm)?$")  # with SQLite's companions
 _TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this machine (temporary files name their writer)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _os_error(exc: OSError, where: Path) -> str:
-    """An OSError while writing to a store, in words a user can act on."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"the disk holding {where} is full ({exc.strerror}): free some space and run the same evaluation "
-                "again; the chunks already written are kept and the run resumes after them")
-    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return f"cannot write to {where} ({exc.strerror}): it is read-only or not yours; give a writable --home"
-    return f"cannot write to {where}: {exc}"
-
-
-def describe_sqlite_error(exc: BaseException, catalog: Path) -> str:
-    """What an SQLite error means for a store, in words a user can act on."""
-    text = str(exc).lower()
-    if "locked" in text or "busy" in text:
-        return f"the catalog {catalog} is locked by another process (a long write?): try again in a moment"
-    if "readonly" in text or "read-only" in text:
-        return (f"the store {catalog.parent} is read-only (a read-only mount or another user's files): reading works, "
-                "writing does not; copy the store, or give a writable --home")
-    if "disk is full" in text or "database or disk is full" in text:
-        return f"the disk holding {catalog.parent} is full: free some space and run the same command again"
-    if "disk i/o" in text or "i/o error" in text:
-        return f"an I/O error while using the catalog {catalog}: check the disk or file system ({exc})"
-    if "unable to open" in text:
-        return f"cannot open the catalog {catalog} ({exc}): check that the folder exists and can be read"
-    return f"the catalog {catalog} is corrupt or not an orbitscope catalog: {exc}"
-
 
 
 def default_home() -> Path:
@@ -186,7 +131,7 @@ class Store:
             return
         for p in self.home.iterdir():
             m = _TMP_CATALOG.match(p.name)
-            if m and not _pid_alive(int(m.group(1))):
+            if m and not pid_alive(int(m.group(1))):
                 p.unlink(missing_ok=True)
 
     def _create_catalog(self) -> None:
@@ -209,7 +154,7 @@ class Store:
             raise StoreError(f"cannot create the store at {self.home}: " + describe_sqlite_error(exc, self._catalog)) from exc
         except OSError as exc:
             (self.home / f".{_CATALOG}.{os.getpid()}.tmp").unlink(missing_ok=True)
-            raise StoreError(f"cannot create the store at {self.home}: {_os_error(exc, self.home)}") from exc
+            raise StoreError(f"cannot create the store at {self.home}: {os_error_message(exc, self.home)}") from exc
         try:
             os.link(tmp, self._catalog)  # fails if another process created it first: keep theirs
         except FileExistsError:
@@ -377,7 +322,7 @@ class Store:
                 continue
             for f in folder.iterdir():
                 m = _TMP_CHUNK.match(f.name)
-                if m and not _pid_alive(int(m.group(1))):
+                if m and not pid_alive(int(m.group(1))):
                     f.unlink(missing_ok=True)
                     removed += 1
         return removed
@@ -439,10 +384,10 @@ class Store:
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, final)
-                _fsync_dir(folder)
+                fsync_dir(folder)
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
-                raise StoreError(f"writing chunk {chunk} of run {run_id} failed: {_os_error(exc, self.home)}") from exc
+                raise StoreError(f"writing chunk {chunk} of run {run_id} failed: {os_error_message(exc, self.home)}") from exc
             sums[name] = file_crc(final)
         with self._connect() as con:
             con.execute("INSERT OR REPLACE INTO chunks (run_id, chunk, start, stop, checksum) VALUES (?, ?, ?, ?, ?)",
@@ -472,7 +417,7 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
             fh = open(path, "a+b")
         except OSError as exc:
-            raise StoreError(f"cannot lock run {run_id}: {_os_error(exc, self.home)}") from exc
+            raise StoreError(f"cannot lock run {run_id}: {os_error_message(exc, self.home)}") from exc
         try:
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -523,22 +468,7 @@ class Store:
         base = self._run_dir(rec.run_id)
         sizes = [stop - start for _, start, stop, _ in chunks]
         bounds = ChunkBounds.from_sizes(sizes)
-        values: dict[str, Any] = {}
-        ids = np.asarray([c for c, _, _, _ in chunks], dtype=np.int64)
-        rows = np.asarray(sizes, dtype=np.int64)
-        sums = [json.loads(checksum) if checksum else {} for _, _, _, checksum in chunks]
-        for name, spec in rec.layout["variables"].items():
-            dtype = np.dtype(spec["dtype"])
-            crcs = np.asarray([int(s[name]) if name in s else -1 for s in sums], dtype=np.int64)
-            table = ChunkTable(base / name, rec.run_id, dtype, ids, rows, crcs)
-            shapes = set()
-            for i in range(len(table)):  # headers and sizes now; checksums now only if verify
-                f = table.file(i)
-                shapes.add(check_chunk_file(f))
-                if verify:
-                    verify_chunk_file(f)
-            extra = _extra_shape(name, spec, shapes, rec.layout)
-            values[name] = RowChunkedArray((bounds.n, *extra), dtype, bounds, _reader(table), fill=fill_value(dtype))
+        values = stored_arrays(rec.layout, chunks, base, rec.run_id, bounds, verify=verify)
         contiguous = all(start == at for (_, start, _, _), at in zip(chunks, bounds.starts.tolist()))
         samples = np.arange(bounds.n) if contiguous else np.concatenate([np.arange(s, e) for _, s, e, _ in chunks])
         attrs = dict(rec.attrs, run_id=rec.run_id, run_name=rec.name, status=rec.status, n_samples=len(samples))
@@ -595,23 +525,6 @@ class _RunCache:
 
     def put(self, key: str, value: bytes) -> None:
         self.store.cache_put(self.run_id, key, value)
-
-
-def _reader(table: ChunkTable) -> Any:
-    return lambda i: read_chunk_file(table.file(i))
-
-
-def _extra_shape(name: str, spec: dict[str, Any], shapes: set[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
-    """The shape after ``sample`` of a stored variable; ragged variables take the largest."""
-    extras = {sh[1:] for sh in shapes}
-    if not extras:  # no chunks yet
-        return (*([] if spec.get("per_sample") else layout["orbit_shape"]), *spec["extra_shape"])
-    if len(extras) == 1:
-        return next(iter(extras))
-    if not spec.get("ragged") or len({len(e) for e in extras}) != 1:
-        raise StoreError(f"variable {name!r} has different shapes in different chunks ({sorted(extras)}); only "
-                         "variables declared ragged (e.g. a varying number of boxes) may")
-    return tuple(max(e[i] for e in extras) for i in range(len(next(iter(extras)))))
 
 
 def _version(rec: RunRecord, chunks: list[tuple[int, int, int, str | None]]) -> str:
