@@ -124,3 +124,34 @@ def test_interface_scatter_of_a_large_run_draws_a_subsample_and_says_so(tmp_path
     hidden = int(np.setdiff1d(np.arange(6000), drawn)[0])  # a sample not drawn: selecting it draws no ring
     up2 = cb.update_selection(data, up.selection, controls, Event("sample", 0, hidden))
     assert cb.scatter_panels(data, up2.selection)[0][0]["layout"].get("annotations") in (None, [])
+
+
+def test_a_second_interface_page_load_draws_the_aggregate_plot_from_the_cache(tmp_path, monkeypatch):
+    """The aggregate NERO plot of a stored run is computed once (streamed) and then read from the
+    store's cache: a fresh interface process draws it without reading any chunk."""
+    data = osc.mnist_subset("test").stratified(4)
+    run = osc.evaluate(_models()[0], data, osc.Rotation(ANGLES), store=tmp_path, batch_size=8, name="m")
+
+    def page(app: AppData) -> dict:
+        group = app.groups()[0]
+        controls = cb.parse_controls(group.key, [run.run_id], "confidence", "all", "pca", "mean", "worst", [])
+        up = cb.update_selection(app, None, controls, Event("context"))
+        return cb.aggregate_figure(app, up.selection)
+
+    first = page(AppData(osc.Store(tmp_path, create=False), ttl=0.0))
+    mean = run.result.load().confidence.values.astype(np.float64).mean(0)
+    import orbitscope.results.lazy as lazy
+
+    def no_reading(f, **kw):
+        raise AssertionError(f"read {f.path}")
+
+    monkeypatch.setattr(lazy, "read_chunk_file", no_reading)
+    again = page(AppData(osc.Store(tmp_path, create=False), ttl=0.0))
+    assert [t.get("r", t.get("y")) for t in again["data"]] == [t.get("r", t.get("y")) for t in first["data"]]
+    drawn = [t for t in first["data"] if t.get("name") == "m"][0]
+    values = drawn.get("r", drawn.get("y"))
+    if isinstance(values, dict):
+        import base64
+
+        values = np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"])
+    np.testing.assert_allclose(np.asarray(values, dtype=float)[: len(mean)], mean, rtol=1e-12)
