@@ -1,7 +1,8 @@
 """Lazy-array backends for stored results, side by side in one run: ours vs Zarr v3 vs dask.
 
 The same synthetic run (``--samples`` × ``--elements`` float32 ``confidence`` values, seeded
-``np.random.default_rng(0)``, chunks of 256 samples) is stored four ways and read back:
+``np.random.default_rng(0)``, chunks of 256 samples) is stored three ways (ours, two Zarr
+arrays) and read back five ways:
 
 * ``orbitscope``  ``osc.Store(home).load(run_id)``: memory-mapped ``.npy`` chunks
   (``RowChunkedArray``) behind xarray's lazy indexing; selections on ``.data["confidence"]``;

@@ -149,14 +149,14 @@ class RowChunkedArray(BackendArray):
             local = positions[rows] - int(self.bounds.starts[i])
             chunk = self._chunk(int(i))
             lo, hi = int(local.min()), int(local.max()) + 1
-            if np.array_equal(local, np.arange(lo, hi)):
-                parts.append(outer_index(chunk, (slice(lo, hi), *rest)))
-            else:
-                parts.append(outer_index(chunk, (local, *rest)))
+            contiguous = np.array_equal(local, np.arange(lo, hi))
+            part = outer_index(chunk, ((slice(lo, hi) if contiguous else local), *rest))
+            # copy out now, so this chunk's memory map (and the file pages it touched) is released
+            # before the next is read: a selection then costs memory for what it selects only
+            parts.append(part if part.flags.owndata else np.array(part, copy=True))
             order.append(rows)
-            del chunk
-        # a copy, never a view of a memory map (which would keep the file mapped and be read-only)
-        out = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0], copy=True)
+            del chunk, part
+        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
         rows = np.concatenate(order)
         if len(parts) > 1 and not np.array_equal(rows, np.arange(rows.size)):  # unsorted request: restore its order
             inverse = np.empty_like(rows)
@@ -274,16 +274,26 @@ def verify_chunk_file(f: ChunkFile) -> None:
 
 
 def read_chunk_file(f: ChunkFile, *, mmap: bool = True) -> np.ndarray:
-    """A chunk file's array after checking it (checksum verified on first read): memory-mapped
-    (read-only) when ``mmap``, else read into memory."""
-    shape = check_chunk_file(f)
+    """A chunk file's array, its checksum verified on its first read in this process:
+    memory-mapped (read-only) when ``mmap``, else read into memory. (Headers and sizes were
+    checked when the run was opened; what is read is checked against the catalog again.)"""
     verify_chunk_file(f)
     try:
-        if mmap and int(np.prod(shape)) > 0:
-            return np.load(f.path, mmap_mode="r", allow_pickle=False)
-        return np.load(f.path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+        arr = np.load(f.path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError:
+        check_chunk_file(f)  # raises the missing-file error
+        raise
+    except ValueError:
+        if not mmap:
+            check_chunk_file(f)  # a readable explanation when there is one
+            raise StoreError(f"store is corrupt: cannot read {f.path}") from None
+        return read_chunk_file(f, mmap=False)  # e.g. an empty array, which cannot be mapped
+    except (OSError, EOFError) as exc:
         raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+    if not arr.shape or arr.shape[0] != f.rows or arr.dtype != f.dtype:
+        raise StoreError(f"store is corrupt: {f.path} has shape {arr.shape} / dtype {arr.dtype}, expected {f.rows} "
+                         f"samples of {f.dtype}")
+    return arr
 
 
 def stored_arrays(layout: dict[str, Any], chunks: Sequence[tuple[int, int, int, str | None]], base: Path, run_id: str,
