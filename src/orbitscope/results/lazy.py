@@ -138,12 +138,13 @@ class RowChunkedArray(BackendArray):
             pos = int(first) % n if n else int(first)
             i = int(self.bounds.locate(np.asarray([pos]))[0])
             return np.array(outer_index(self._chunk(i), (pos - int(self.bounds.starts[i]), *rest)), dtype=self.dtype)
-        positions = np.arange(n, dtype=np.int64)[first] if isinstance(first, slice) else np.asarray(first, np.int64)
+        positions = (np.arange(*first.indices(n), dtype=np.int64) if isinstance(first, slice)
+                     else np.asarray(first, np.int64))
         if positions.size == 0:
             probe = np.empty((0, *self.shape[1:]), self.dtype)
             return outer_index(probe, (slice(None), *rest))
         which = self.bounds.locate(positions)
-        parts, order = [], []
+        out: np.ndarray | None = None
         for i in np.unique(which):
             rows = np.flatnonzero(which == i)
             local = positions[rows] - int(self.bounds.starts[i])
@@ -151,18 +152,15 @@ class RowChunkedArray(BackendArray):
             lo, hi = int(local.min()), int(local.max()) + 1
             contiguous = np.array_equal(local, np.arange(lo, hi))
             part = outer_index(chunk, ((slice(lo, hi) if contiguous else local), *rest))
-            # copy out now, so this chunk's memory map (and the file pages it touched) is released
-            # before the next is read: a selection then costs memory for what it selects only
-            parts.append(part if part.flags.owndata else np.array(part, copy=True))
-            order.append(rows)
+            if out is None:  # filled chunk by chunk: one copy, and each memory map released before the next
+                out = np.empty((positions.size, *part.shape[1:]), self.dtype)
+            if rows[-1] - rows[0] + 1 == rows.size:
+                out[rows[0]:rows[-1] + 1] = part
+            else:
+                out[rows] = part
             del chunk, part
-        out = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        rows = np.concatenate(order)
-        if len(parts) > 1 and not np.array_equal(rows, np.arange(rows.size)):  # unsorted request: restore its order
-            inverse = np.empty_like(rows)
-            inverse[rows] = np.arange(rows.size)
-            out = out[inverse]
-        return np.ascontiguousarray(out, dtype=self.dtype)
+        assert out is not None
+        return out
 
 
 def lazy_variable(array: RowChunkedArray) -> indexing.LazilyIndexedArray:

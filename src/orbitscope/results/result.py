@@ -143,7 +143,7 @@ def _subset_key(mask: np.ndarray | None) -> str:
 CHUNK_SAMPLES = 4096
 #: At most this many values (samples × cells, all variables read) per piece of a stored result
 #: in :meth:`OrbitResult.chunks`, so a pass's working set does not grow with the orbit's size.
-PIECE_VALUES = 1 << 14
+PIECE_VALUES = 1 << 15
 
 
 def rows_for(n_values_per_sample: int, max_values: int = PIECE_VALUES) -> int:
