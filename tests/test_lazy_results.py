@@ -18,6 +18,7 @@ from torch import nn
 
 import orbitscope as osc
 from orbitscope.data import mnist_subset
+from orbitscope.errors import DamagedRunError
 from orbitscope.results.lazy import ChunkBounds, RowChunkedArray, lazy_variable
 from orbitscope.results.streaming import Moments
 
@@ -292,3 +293,67 @@ def test_per_sample_orbit_statistics_are_cached_too(stored, monkeypatch, tmp_pat
     monkeypatch.setattr(store_module, "read_chunk_file", lambda f, **kw: (_ for _ in ()).throw(AssertionError("read")))
     np.testing.assert_array_equal(orbit_statistic(st.load(run.run_id), "confidence", "std"), first)
     np.testing.assert_array_equal(first, mem.result.confidence.values.astype(np.float64).std(axis=1))
+
+
+# --------------------------------------------------------------------------- found in review
+
+
+def _small_run(home):
+    rng = np.random.default_rng(0)
+    x, y = rng.random((40, 1, 8, 8), dtype=np.float32), rng.integers(0, 3, 40)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 3)).eval()
+    return lambda: osc.evaluate(model, (x, y), osc.Rotation([0, 90]), store=home, batch_size=7)
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage header", "float64", "wrong rows"])
+def test_a_damaged_checksummed_chunk_is_damaged_not_corrupt_and_re_evaluating_repairs_it(tmp_path, damage):
+    """d7b6042 reported all of these as damaged and recomputed them; lazy opening must too."""
+    run = _small_run(tmp_path)
+    first = run()
+    f = tmp_path / "runs" / first.run_id / "confidence" / "000002.npy"
+    good = np.load(f)
+    if damage == "empty":
+        f.write_bytes(b"")
+    elif damage == "garbage header":
+        f.write_bytes(b"\x00" * 300)
+    elif damage == "float64":
+        np.save(f, good.astype(np.float64))
+    else:
+        np.save(f, good[:3])
+    with pytest.raises(DamagedRunError, match="damaged"):
+        osc.Store(tmp_path).load(first.run_id)
+    again = run()
+    np.testing.assert_array_equal(again.result.confidence.values, first.result.load().confidence.values)
+
+
+def test_a_replaced_variable_is_neither_cached_nor_served_from_the_cache(tmp_path):
+    first = _small_run(tmp_path)()
+    st = osc.Store(tmp_path)
+    truth = st.load(first.run_id, lazy=False).correct.values.mean(0)
+    cached = st.load(first.run_id)
+    cached.aggregate("correct")  # now in the store's cache
+    flipped = st.load(first.run_id)
+    flipped.data["correct"] = 1 - flipped.data["correct"]
+    np.testing.assert_allclose(flipped.aggregate("correct")["mean"].values, 1 - truth)  # not the cached value
+    np.testing.assert_allclose(st.load(first.run_id).aggregate("correct")["mean"].values, truth)  # cache unharmed
+    st.clear_cache(first.run_id)
+    flipped.aggregate("correct")  # computed from the replacement: must not be cached for the run
+    np.testing.assert_allclose(st.load(first.run_id).aggregate("correct")["mean"].values, truth)
+
+
+def test_a_run_with_no_samples_yet_aggregates_to_empty_groups(tmp_path):
+    from orbitscope.analysis.consensus import invariance_measures
+
+    first = _small_run(tmp_path)()
+    st = osc.Store(tmp_path)
+    st.reopen_run(first.run_id)
+    with st.connection() as con:
+        con.execute("DELETE FROM chunks WHERE run_id = ?", (first.run_id,))
+    empty = st.load(first.run_id, allow_partial=True)
+    assert empty.n_samples == 0
+    assert np.isnan(empty.aggregate("correct")["mean"].values).all()
+    grouped = empty.aggregate("correct", by="label")
+    assert grouped["mean"].shape == (0, 2) and grouped.attrs["n"] == 0
+    with pytest.raises(ValueError, match="probabilities|no samples"):
+        invariance_measures(empty)

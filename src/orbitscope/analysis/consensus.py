@@ -305,6 +305,8 @@ def invariance_measures(result: OrbitResult, *, atol: float = 1e-6) -> xr.Datase
     if "probabilities" not in result.data:
         _probabilities(result)  # raises the explanatory error
     needed = [v for v in _CONSENSUS_INPUTS if v in result.data]
+    if result.n_samples == 0:
+        raise ValueError("the result has no samples: nothing to measure")
     parts = [_invariance_of(piece, orbit, keep, others, ident, pairs, atol)
              for _, piece in result.chunks(needed)]  # per sample: one stored chunk at a time
     data = {name: (("sample",), np.concatenate([p[name] for p in parts])) for name in parts[0]}

@@ -219,9 +219,19 @@ def _header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
         return tuple(shape), np.dtype(dtype), fh.tell()
 
 
+def _damaged(f: ChunkFile, what: str) -> StoreError:
+    """A chunk file that is not what the catalog recorded: damaged (recomputed by evaluating the
+    same run again) when the catalog holds its checksum, else a corrupt store."""
+    if f.crc is not None:
+        return DamagedRunError(f"run {f.run_id} is damaged: chunk {f.chunk} ({f.path}) {what}; run the same "
+                               "evaluation again to recompute the damaged chunks")
+    return StoreError(f"store is corrupt: {f.path} {what}")
+
+
 def check_chunk_file(f: ChunkFile) -> tuple[int, ...]:
     """Cheap structural check of a chunk file (its header and size, not its checksum): returns its
-    shape. DamagedRunError when it is missing, StoreError when it is not what the catalog says."""
+    shape. DamagedRunError when it is missing, or when it is not what the catalog says and the
+    catalog has its checksum (StoreError for stores made before checksums)."""
     try:
         shape, dtype, offset = _header(f.path)
         size = f.path.stat().st_size
@@ -229,17 +239,13 @@ def check_chunk_file(f: ChunkFile) -> tuple[int, ...]:
         raise DamagedRunError(f"run {f.run_id} is damaged: {f.path} (chunk {f.chunk}) is listed in the catalog but "
                               "missing; run the same evaluation again to recompute it") from None
     except (ValueError, OSError, EOFError, SyntaxError) as exc:
-        raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+        raise _damaged(f, f"cannot be read ({exc})") from exc
     if not shape or shape[0] != f.rows or dtype != f.dtype:
-        raise StoreError(f"store is corrupt: {f.path} has shape {shape} / dtype {dtype}, expected {f.rows} samples "
-                         f"of {f.dtype}")
+        raise _damaged(f, f"has shape {shape} / dtype {dtype}, expected {f.rows} samples of {f.dtype}")
     expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size != expected:
-        if f.crc is not None:
-            raise DamagedRunError(f"run {f.run_id} is damaged: chunk {f.chunk} ({f.path}) does not match its checksum "
-                                  f"(it has {size} bytes, its header says {expected}); run the same evaluation again "
-                                  "to recompute the damaged chunks")
-        raise StoreError(f"store is corrupt: {f.path} has {size} bytes, its header says {expected}")
+        raise _damaged(f, f"does not match its checksum (it has {size} bytes, its header says {expected})"
+                       if f.crc is not None else f"has {size} bytes, its header says {expected}")
     return shape
 
 
@@ -265,7 +271,11 @@ def verify_chunk_file(f: ChunkFile) -> None:
                                          digest_size=8).digest(), "little")
     if key in _VERIFIED:
         return
-    if file_crc(f.path) != f.crc:
+    try:
+        crc = file_crc(f.path)
+    except OSError as exc:  # e.g. replaced by a folder
+        raise _damaged(f, f"cannot be read ({exc})") from exc
+    if crc != f.crc:
         raise DamagedRunError(f"run {f.run_id} is damaged: chunk {f.chunk} ({f.path}) does not match its checksum; run "
                               "the same evaluation again to recompute the damaged chunks")
     _VERIFIED.add(key)
@@ -284,13 +294,12 @@ def read_chunk_file(f: ChunkFile, *, mmap: bool = True) -> np.ndarray:
     except ValueError:
         if not mmap:
             check_chunk_file(f)  # a readable explanation when there is one
-            raise StoreError(f"store is corrupt: cannot read {f.path}") from None
+            raise _damaged(f, "cannot be read") from None
         return read_chunk_file(f, mmap=False)  # e.g. an empty array, which cannot be mapped
     except (OSError, EOFError) as exc:
-        raise StoreError(f"store is corrupt: cannot read {f.path}: {exc}") from exc
+        raise _damaged(f, f"cannot be read ({exc})") from exc
     if not arr.shape or arr.shape[0] != f.rows or arr.dtype != f.dtype:
-        raise StoreError(f"store is corrupt: {f.path} has shape {arr.shape} / dtype {arr.dtype}, expected {f.rows} "
-                         f"samples of {f.dtype}")
+        raise _damaged(f, f"has shape {arr.shape} / dtype {arr.dtype}, expected {f.rows} samples of {f.dtype}")
     return arr
 
 

@@ -160,6 +160,9 @@ class OrbitResult:
         self.data = data
         #: where a stored result comes from (its chunks and aggregate cache); None in memory
         self.source = source if source is not None and source.bounds.n == data.sizes["sample"] else None
+        # the variable objects the source describes: a variable replaced later (res.data[v] = ...)
+        # is no longer what the store holds, so its aggregates are neither cached nor served
+        self._stored_variables = {k: v for k, v in data.variables.items()} if self.source is not None else {}
 
     # reading ------------------------------------------------------------------------------
     def load(self) -> "OrbitResult":
@@ -188,9 +191,14 @@ class OrbitResult:
         for a, b in bounds:
             yield slice(a, b), OrbitResult(ds.isel(sample=slice(a, b)).load())
 
-    def _cached(self, what: str, compute: Callable[[], Any], codec: Any) -> Any:
+    def _from_store(self, names: Sequence[str]) -> bool:
+        """Whether variables ``names`` are still the ones read from the store."""
+        return all(name in self.data.variables and self.data.variables[name] is self._stored_variables.get(name)
+                   for name in names)
+
+    def _cached(self, what: str, compute: Callable[[], Any], codec: Any, reads: Sequence[str]) -> Any:
         src = self.source
-        if src is None or src.cache is None:
+        if src is None or src.cache is None or not self._from_store(reads):
             return compute()
         key = src.cache_key(what)
         raw = src.cache.get(key)
@@ -217,7 +225,7 @@ class OrbitResult:
                 total = total.update(values if mask is None else values[mask[where]])
             return total
 
-        return self._cached(f"moments:{variable}:{_subset_key(mask)}", compute, Moments)
+        return self._cached(f"moments:{variable}:{_subset_key(mask)}", compute, Moments, [variable])
 
     def grouped_moments(self, variable: str, by: str, *, subset: Any = None) -> GroupedMoments:
         """:meth:`moments` per distinct value of the per-sample variable ``by`` (e.g. ``label``),
@@ -237,8 +245,9 @@ class OrbitResult:
                     values, groups = values[mask[where]], groups[mask[where]]
                 yield values, groups
 
-        return self._cached(f"grouped:{variable}:{by}:{_subset_key(mask)}", lambda: GroupedMoments.accumulate(pieces()),
-                            GroupedMoments)
+        shape = tuple(da.sizes[d] for d in dims)
+        return self._cached(f"grouped:{variable}:{by}:{_subset_key(mask)}",
+                            lambda: GroupedMoments.accumulate(pieces(), shape), GroupedMoments, [variable, by])
 
     def per_sample(self, variables: Sequence[str], fn: Callable[["OrbitResult"], np.ndarray],
                    key: str | None = None) -> np.ndarray:
@@ -252,7 +261,7 @@ class OrbitResult:
 
         if key is None:
             return compute().values
-        return self._cached(f"per-sample:{key}", compute, CachedArray).values
+        return self._cached(f"per-sample:{key}", compute, CachedArray, variables).values
 
     # provenance ---------------------------------------------------------------------------
     @property

@@ -114,15 +114,15 @@ class GroupedMoments:
     sizes: np.ndarray  # samples per group
 
     @classmethod
-    def accumulate(cls, chunks: "list[tuple[np.ndarray, np.ndarray]] | object") -> "GroupedMoments":
-        """From an iterable of ``(values (samples, *cells), group of each sample)`` chunks."""
+    def accumulate(cls, chunks: "list[tuple[np.ndarray, np.ndarray]] | object",
+                   shape: tuple[int, ...] = ()) -> "GroupedMoments":
+        """From an iterable of ``(values (samples, *cells), group of each sample)`` chunks whose
+        cells have ``shape``."""
         found: dict[object, Moments] = {}
         sizes: dict[object, int] = {}
-        shape: tuple[int, ...] | None = None
         for values, groups in chunks:  # type: ignore[attr-defined]
             values = np.asarray(values)
             groups = np.asarray(groups)
-            shape = values.shape[1:]
             for g in np.unique(groups):
                 rows = values[groups == g]
                 part = Moments.of(rows)
@@ -131,7 +131,7 @@ class GroupedMoments:
                 sizes[key] = sizes.get(key, 0) + len(rows)
         keys = sorted(found)
         if not keys:
-            return cls(np.empty(0), Moments.empty((0, *(shape or ()))), np.zeros(0, np.int64))
+            return cls(np.empty(0), Moments.empty((0, *shape)), np.zeros(0, np.int64))
         stack = [found[k] for k in keys]
         return cls(np.asarray(keys), Moments(np.stack([m.n for m in stack]), np.stack([m.total for m in stack]),
                                              np.stack([m.mean for m in stack]), np.stack([m.m2 for m in stack])),
