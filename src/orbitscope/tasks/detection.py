@@ -1,0 +1,232 @@
+"""Object detection: does the box move with the object? (NERO's detection case study.)
+
+Model outputs: torchvision-style ``list[dict(boxes (n, 4) xyxy, scores (n,), labels (n,))]``, one
+dict per image, or a tensor (B, n, 6) of rows ``(x0, y0, x1, y1, score, label)`` (padding rows
+with score −inf or label −1). Targets: boxes + labels per image (ragged), moved by each element
+and clipped to the view by the ``boxes`` kind; a box with no area left in view is not a target.
+
+Per sample and orbit element (see :mod:`orbitscope.tasks.detection_metrics` for the matching and
+IoU conventions, those of pycocotools):
+
+* ``confidence``: the top-scoring detection's score (0 when there is none);
+* ``iou``: its IoU with the ground-truth box in view that it overlaps most (any class; NaN when no
+  ground truth is in view, 0 when there is no detection);
+* ``conf_iou``: ``confidence × iou`` per sample — NERO's default individual metric. Its mean over
+  samples is *not* NERO's aggregate, which was mean(confidence) · mean(IoU): that one is the
+  dataset-level ``nero_conf_iou`` of :meth:`Detection.compute`;
+* ``precision``, ``recall``, ``f1`` at IoU ≥ 0.5 with the right class, over the detections scoring
+  at least ``score_threshold`` (recall = true positives / ground-truth boxes in view — NERO's code
+  divided by 4 there, a slip; F1 = 2·TP / (detections + ground truth));
+* per-sample states for dataset-level AP: the top ``max_detections`` detections' scores, classes
+  and true-positive flags at the ten COCO IoU thresholds, and which ground-truth boxes are in view.
+
+Dataset level (:func:`orbitscope.results.dataset_metrics`): ``ap50`` (AP@0.5) and ``map`` (COCO
+mAP@[.5:.95]) per orbit element, and ``nero_conf_iou``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import DataError, ModelError
+from ..group.elements import Transforms
+from ..kinds.boxes import Boxes, box_area, read_detections
+from .base import Task, register_task
+from .detection_metrics import IOU_THRESHOLDS, average_precision, match_detections
+from .variables import Variable
+
+__all__ = ["Detection", "pairwise_iou"]
+
+_METRICS = (
+    Variable("confidence", "float32", description="score of the top detection (0 if none)", kind="probability",
+             needs_labels=False, label="top-box confidence"),
+    Variable("iou", "float32", description="IoU of the top detection with the ground truth it overlaps most",
+             kind="probability", label="top-box IoU"),
+    Variable("conf_iou", "float32", description="confidence × IoU of the top detection (NERO's default)",
+             kind="probability", label="confidence × IoU"),
+    Variable("precision", "float32", description="true positives / detections above the score threshold, IoU ≥ 0.5",
+             kind="probability", label="precision@0.5"),
+    Variable("recall", "float32", description="true positives / ground-truth boxes in view, IoU ≥ 0.5",
+             kind="probability", label="recall@0.5"),
+    Variable("f1", "float32", description="2·TP / (detections + ground truth), IoU ≥ 0.5", kind="probability",
+             label="F1@0.5"),
+)
+_DATASET = (
+    Variable("ap50", "float64", description="AP at IoU 0.5 (COCO's 101-point interpolation)", kind="probability",
+             label="AP@0.5"),
+    Variable("map", "float64", description="COCO mAP@[.5:.95]", kind="probability", label="mAP@[.5:.95]"),
+    Variable("nero_conf_iou", "float64", description="NERO's aggregate: mean(confidence) · mean(IoU)",
+             kind="probability", label="mean confidence × mean IoU"),
+)
+
+
+def pairwise_iou(a: Tensor, b: Tensor) -> Tensor:
+    """IoU (R, K, N) of each row's boxes a (R, K, 4) with its boxes b (R, N, 4), xyxy, no +1."""
+    lo = torch.maximum(a[:, :, None, :2], b[:, None, :, :2])
+    hi = torch.minimum(a[:, :, None, 2:], b[:, None, :, 2:])
+    inter = (hi - lo).clamp_min(0).prod(-1)
+    union = box_area(a)[:, :, None] + box_area(b)[:, None, :] - inter
+    return torch.where(union > 0, inter / union.clamp_min(1e-12), torch.zeros_like(inter))
+
+
+def _pad(t: Tensor, n: int, value: float) -> Tensor:
+    """``t`` (R, K, ...) cut or padded to K = n along dim 1."""
+    if t.shape[1] >= n:
+        return t[:, :n]
+    pad = torch.full((t.shape[0], n - t.shape[1], *t.shape[2:]), value, dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad], 1)
+
+
+@register_task
+@dataclass(frozen=True)
+class Detection(Task):
+    """Object detection (see the module docstring).
+
+    Args:
+        score_threshold: detections scoring at least this count for precision, recall and F1.
+        max_detections: detections kept per row for AP (COCO keeps 100 per image and class).
+        max_objects: most ground-truth boxes per image (the width of the in-view state).
+        input_kind: ``"window"`` (a field of view moving over a larger context image, NERO's
+            setting; evaluate with ``view_size=(h, w)``) or ``"image"`` (the whole image moves).
+    """
+
+    score_threshold: float = 0.5
+    max_detections: int = 10
+    max_objects: int = 16
+    input_kind: str = "window"
+    kind: str = field(default="detection", init=False)
+    target_kind = "boxes"
+    output_kind = "boxes"
+    compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "confidence", "iou")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= float(self.score_threshold) <= 1.0:
+            raise ValueError(f"score_threshold must be in [0, 1], got {self.score_threshold!r}")
+        if int(self.max_detections) < 1 or int(self.max_objects) < 1:
+            raise ValueError("max_detections and max_objects must be at least 1")
+        if self.input_kind not in ("window", "image"):
+            raise ValueError(f"input_kind must be 'window' or 'image', got {self.input_kind!r}")
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> "Detection":
+        return cls(score_threshold=float(spec.get("score_threshold", 0.5)),
+                   max_detections=int(spec.get("max_detections", 10)), max_objects=int(spec.get("max_objects", 16)),
+                   input_kind=str(spec.get("input_kind", "window")))
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "score_threshold": float(self.score_threshold),
+                "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
+                "input_kind": self.input_kind}
+
+    def variables(self, num_outputs: int = 0) -> list[Variable]:
+        k, m = ("detection",), ("gt",)
+        return [*_METRICS,
+                Variable("det_scores", "float32", k, "scores of the top detections (0 = none)", kind="state",
+                         needs_labels=False),
+                Variable("det_labels", "int16", k, "classes of the top detections (-1 = none)", kind="state",
+                         needs_labels=False),
+                Variable("det_matched", "uint16", k, "true positive at IoU 0.50, 0.55, …, 0.95 (bit i)", kind="state"),
+                Variable("gt_visible", "uint8", m, "ground-truth box in view (order of target_labels)", kind="state")]
+
+    def dataset_variables(self) -> list[Variable]:
+        return list(_DATASET)
+
+    # -- outputs -------------------------------------------------------------------------------
+    def read_outputs(self, raw: Any) -> Boxes:
+        """torchvision-style ``list[dict]`` or a (B, n, 6) tensor -> padded :class:`Boxes` with
+        scores, each row sorted by decreasing score."""
+        if isinstance(raw, Boxes):
+            return raw
+        if isinstance(raw, Tensor):
+            if raw.ndim != 3 or raw.shape[-1] != 6:
+                raise ModelError("a detector returning a tensor must return (batch, n, 6) rows (x0, y0, x1, y1, score, "
+                                 f"label), got shape {tuple(raw.shape)}; or return torchvision-style list[dict]")
+            keep = torch.isfinite(raw[..., 4]) & (raw[..., 5] >= 0)
+            return read_detections([{"boxes": r[m, :4], "scores": r[m, 4], "labels": r[m, 5].long()}
+                                    for r, m in zip(raw, keep)])
+        if isinstance(raw, (list, tuple)) and all(isinstance(d, dict) for d in raw):
+            return read_detections(list(raw))
+        raise ModelError(f"a detector must return list[dict(boxes, scores, labels)] (torchvision style) or a (batch, n, "
+                         f"6) tensor, got {type(raw).__name__}")
+
+    # -- scoring -------------------------------------------------------------------------------
+    def score(self, outputs: Boxes, targets: Boxes, g: Transforms | None = None) -> dict[str, Tensor]:
+        """outputs: predictions (R rows); targets: the moved, clipped ground truth (R rows)."""
+        if not isinstance(outputs, Boxes) or outputs.scores is None:
+            raise ModelError("detection outputs must be boxes with scores (see Detection.read_outputs)")
+        r = len(targets)
+        if len(outputs) != r:
+            raise DataError(f"{len(outputs)} detection outputs but {r} targets")
+        n = targets.xyxy.shape[1]
+        if n > self.max_objects:
+            raise DataError(f"an image has {n} ground-truth boxes, more than max_objects={self.max_objects}: use "
+                            f"Detection(max_objects={n})")
+        device = targets.xyxy.device
+        k = int(self.max_detections)
+        boxes = _pad(outputs.xyxy.to(device).float(), k, 0.0)
+        scores = _pad(torch.where(outputs.valid.to(device), outputs.scores.to(device).float(), -torch.inf), k, -torch.inf)
+        labels = _pad(torch.where(outputs.valid.to(device), outputs.labels.to(device), -1), k, -1)
+        det = torch.isfinite(scores) & (labels >= 0)
+        gt_valid = targets.valid
+        iou = pairwise_iou(boxes, targets.xyxy.float())  # (R, K, N)
+        same = labels[:, :, None] == targets.labels[:, None, :]
+        matched = match_detections(iou, same, det, gt_valid)  # (R, K, T)
+
+        any_gt = gt_valid.any(1)
+        top = det[:, 0]
+        confidence = torch.where(top, scores[:, 0], torch.zeros_like(scores[:, 0]))
+        best = torch.where(gt_valid, iou[:, 0], torch.full_like(iou[:, 0], -1.0)).amax(1) if n else torch.zeros(r)
+        top_iou = torch.where(any_gt, torch.where(top, best.clamp_min(0), torch.zeros_like(best)), torch.nan)
+        shown = det & (scores >= float(self.score_threshold))
+        tp = (matched[:, :, 0] & shown).sum(1).float()
+        n_pred, n_gt = shown.sum(1).float(), gt_valid.sum(1).float()
+        nan = torch.full_like(tp, torch.nan)
+        bits = (matched.to(torch.int32) * (2 ** torch.arange(len(IOU_THRESHOLDS), device=device))).sum(-1)
+        return {
+            "confidence": confidence,
+            "iou": top_iou,
+            "conf_iou": confidence * top_iou,
+            "precision": torch.where(n_pred > 0, tp / n_pred.clamp_min(1), nan),
+            "recall": torch.where(n_gt > 0, tp / n_gt.clamp_min(1), nan),
+            "f1": torch.where(n_pred + n_gt > 0, 2 * tp / (n_pred + n_gt).clamp_min(1), nan),
+            "det_scores": torch.where(det, scores, torch.zeros_like(scores)),
+            "det_labels": labels.to(torch.int16),
+            "det_matched": bits.to(torch.int32),
+            "gt_visible": _pad(gt_valid.to(torch.uint8), int(self.max_objects), 0),
+        }
+
+    # -- dataset level -------------------------------------------------------------------------
+    def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
+        """``ap50``, ``map`` and ``nero_conf_iou`` per orbit element from the per-sample states."""
+        need = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched")
+        if any(name not in states for name in need):
+            return {}
+        scores = np.asarray(states["det_scores"])
+        s = scores.shape[0]
+        orbit = scores.shape[1:1 + orbit_axes]
+        e = int(np.prod(orbit))
+        scores = scores.reshape(s, e, -1)
+        labels = np.asarray(states["det_labels"]).reshape(s, e, -1).astype(np.int64)
+        bits = np.asarray(states["det_matched"]).reshape(s, e, -1).astype(np.int64)
+        matched = (bits[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
+        gt_labels = np.asarray(states["target_labels"]).reshape(s, -1)
+        visible = np.asarray(states["gt_visible"]).reshape(s, e, -1)
+        n = min(gt_labels.shape[1], visible.shape[2])
+        ap50, m_ap = np.full(e, np.nan), np.full(e, np.nan)
+        for i in range(e):
+            ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels[:, :n],
+                                                 visible[:, i, :n])
+        out = {"ap50": ap50.reshape(orbit), "map": m_ap.reshape(orbit)}
+        if "confidence" in states and "iou" in states:
+            with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # elements with no object in view: NaN
+                conf = np.asarray(states["confidence"], dtype=np.float64).reshape(s, e)
+                iou = np.asarray(states["iou"], dtype=np.float64).reshape(s, e)
+                out["nero_conf_iou"] = (np.nanmean(conf, 0) * np.nanmean(iou, 0)).reshape(orbit)
+        return out

@@ -1,0 +1,203 @@
+"""The Detection task's metrics against independent references: pycocotools' COCOeval for AP@0.5
+and mAP@[.5:.95], plain loops for the per-row metrics, and an analytic detector through the
+engine (boxes over a window moving on context)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import orbitscope as osc
+from orbitscope.kinds import collate_boxes, read_detections
+from orbitscope.tasks import Detection
+
+pycocotools = pytest.importorskip("pycocotools")
+from pycocotools.coco import COCO  # noqa: E402
+from pycocotools.cocoeval import COCOeval  # noqa: E402
+
+
+def _scene(rng: np.random.Generator, n_images: int, n_classes: int = 3):
+    """Ground truth and detections: jittered copies of true boxes (some with the wrong class),
+    plus random false positives; scores random."""
+    gts, dets = [], []
+    for _ in range(n_images):
+        n = int(rng.integers(0, 5))
+        xy = rng.uniform(0, 80, (n, 2))
+        wh = rng.uniform(8, 40, (n, 2))
+        boxes = np.concatenate([xy, xy + wh], 1)
+        labels = rng.integers(1, n_classes + 1, n)
+        gts.append((boxes, labels))
+        d_boxes, d_labels = [], []
+        for b, lab in zip(boxes, labels):
+            for _ in range(int(rng.integers(0, 3))):
+                d_boxes.append(b + rng.normal(0, 4, 4))
+                d_labels.append(lab if rng.random() < 0.85 else rng.integers(1, n_classes + 1))
+        for _ in range(int(rng.integers(0, 3))):
+            xy = rng.uniform(0, 90, 2)
+            d_boxes.append(np.concatenate([xy, xy + rng.uniform(5, 30, 2)]))
+            d_labels.append(rng.integers(1, n_classes + 1))
+        d_boxes = np.asarray(d_boxes, dtype=np.float64).reshape(-1, 4)
+        d_boxes[:, 2:] = np.maximum(d_boxes[:, 2:], d_boxes[:, :2] + 1)
+        dets.append((d_boxes[:10], np.asarray(d_labels, dtype=np.int64)[:10], rng.random(len(d_boxes))[:10]))
+    return gts, dets
+
+
+def _cocoeval(gts, dets, n_classes: int = 3) -> tuple[float, float]:
+    def xywh(b):
+        return [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])]
+
+    images = [{"id": i + 1} for i in range(len(gts))]
+    anns = [{"id": len(images) * 100 + j, "image_id": i + 1, "category_id": int(lab), "bbox": xywh(b),
+             "area": float((b[2] - b[0]) * (b[3] - b[1])), "iscrowd": 0}
+            for i, (boxes, labels) in enumerate(gts) for j, (b, lab) in enumerate(zip(boxes, labels))]
+    for j, a in enumerate(anns):
+        a["id"] = j + 1
+    results = [{"image_id": i + 1, "category_id": int(lab), "bbox": xywh(b), "score": float(s)}
+               for i, (boxes, labels, scores) in enumerate(dets) for b, lab, s in zip(boxes, labels, scores)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco = COCO()
+        coco.dataset = {"images": images, "annotations": anns, "categories": [{"id": c} for c in range(1, n_classes + 1)]}
+        coco.createIndex()
+        ev = COCOeval(coco, coco.loadRes(results), "bbox")
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return float(ev.stats[1]), float(ev.stats[0])  # AP@0.5, mAP@[.5:.95]
+
+
+def _ours(gts, dets, task: Detection) -> dict:
+    targets = collate_boxes([{"boxes": b, "labels": lab} for b, lab in gts])
+    outputs = read_detections([{"boxes": torch.as_tensor(b, dtype=torch.float32), "scores": torch.as_tensor(s),
+                                "labels": torch.as_tensor(lab)} for b, lab, s in dets])
+    scored = task.score(outputs, targets, None)
+    states = {k: v.numpy()[:, None] for k, v in scored.items()}  # one orbit element
+    states["target_labels"] = targets.labels.numpy()
+    return {**task.compute(states, 1), **{k: v.numpy() for k, v in scored.items()}}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ap_and_map_equal_pycocotools(seed):
+    rng = np.random.default_rng(seed)
+    gts, dets = _scene(rng, 30)
+    if sum(len(b) for b, _ in gts) == 0:
+        pytest.skip("no ground truth drawn")
+    ap50, m_ap = _cocoeval(gts, dets)
+    ours = _ours(gts, dets, Detection())
+    assert ours["ap50"][0] == pytest.approx(ap50, abs=1e-9)
+    assert ours["map"][0] == pytest.approx(m_ap, abs=1e-9)
+
+
+def test_per_row_metrics_against_a_plain_loop():
+    rng = np.random.default_rng(11)
+    gts, dets = _scene(rng, 40)
+    task = Detection(score_threshold=0.3)
+    ours = _ours(gts, dets, task)
+
+    def iou(a, b):
+        w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+        h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+        inter = w * h
+        return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+    for i, ((gb, gl), (db, dl, ds)) in enumerate(zip(gts, dets)):
+        order = np.argsort(-ds, kind="stable")
+        db, dl, ds = db[order], dl[order], ds[order]
+        conf = float(ds[0]) if len(ds) else 0.0
+        assert ours["confidence"][i] == pytest.approx(conf, abs=1e-6)
+        if len(gb) == 0:
+            assert np.isnan(ours["iou"][i]) and np.isnan(ours["recall"][i])
+        else:
+            top = max(iou(db[0], g) for g in gb) if len(db) else 0.0
+            assert ours["iou"][i] == pytest.approx(top, abs=1e-5)
+            assert ours["conf_iou"][i] == pytest.approx(conf * top, abs=1e-5)
+        taken, tp, shown = set(), 0, 0
+        for b, lab, s in zip(db, dl, ds):  # greedy in score order, best unmatched same-class IoU >= 0.5
+            if s < 0.3:
+                continue
+            shown += 1
+            cand = [(iou(b, g), j) for j, (g, gl_j) in enumerate(zip(gb, gl)) if gl_j == lab and j not in taken]
+            cand = [c for c in cand if c[0] >= 0.5]
+            if cand:
+                taken.add(max(cand)[1])
+                tp += 1
+        if shown:
+            assert ours["precision"][i] == pytest.approx(tp / shown, abs=1e-6)
+        if len(gb):
+            assert ours["recall"][i] == pytest.approx(tp / len(gb), abs=1e-6)  # not NERO's / 4
+        if shown + len(gb):
+            assert ours["f1"][i] == pytest.approx(2 * tp / (shown + len(gb)), abs=1e-6)
+
+
+def test_tensor_outputs_read_like_torchvision_lists():
+    raw = torch.tensor([[[0, 0, 10, 10, 0.2, 1], [5, 5, 20, 20, 0.9, 2], [0, 0, 1, 1, -float("inf"), 0]]])
+    boxes = Detection().read_outputs(raw)
+    assert boxes.valid.tolist() == [[True, True]] and boxes.scores[0].tolist() == pytest.approx([0.9, 0.2])
+    with pytest.raises(osc.errors.ModelError, match="list\\[dict"):
+        Detection().read_outputs(torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="score_threshold"):
+        Detection(score_threshold=2)
+    assert osc.task_from_spec(Detection(max_detections=5).spec()) == Detection(max_detections=5)
+
+
+class BrightBoxDetector(nn.Module):
+    """An exactly shift-equivariant detector: the bounding box of the pixels above 0.5, class 1,
+    score 0.9 (nothing when no pixel is bright)."""
+
+    def forward(self, x):
+        out = []
+        for img in x[:, 0]:
+            on = img > 0.5
+            if not on.any():
+                out.append({"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)})
+                continue
+            ys, xs = torch.nonzero(on, as_tuple=True)
+            box = torch.stack([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]).float()
+            out.append({"boxes": box[None], "scores": torch.tensor([0.9]), "labels": torch.tensor([1])})
+        return out
+
+
+class _Items(torch.utils.data.Dataset):
+    def __init__(self, images, targets):
+        self.images, self.targets = images, targets
+
+    def __len__(self):
+        return len(self.images)
+
+    def __getitem__(self, i):
+        return torch.as_tensor(self.images[i]), self.targets[i]
+
+
+def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 0.3, size=(5, 1, 64, 64)).astype(np.float32)
+    targets = []
+    for i in range(5):
+        w, h = rng.integers(6, 12, size=2)
+        x0, y0 = rng.integers(24, 34, size=2)
+        images[i, 0, y0:y0 + h, x0:x0 + w] = 0.9
+        targets.append({"boxes": np.array([[x0, y0, x0 + w, y0 + h]], np.float32), "labels": np.array([1])})
+    orbit = osc.Translation(range(-24, 25, 8))
+    run = osc.evaluate(BrightBoxDetector(), _Items(images, targets), orbit, Detection(), view_size=(32, 32),
+                       store=tmp_path, batch_size=2)
+    res = run.result
+    iou = res.iou.values
+    seen = ~np.isnan(iou)
+    assert seen.any() and (~seen).any()  # shifts that keep the object in view, and some that do not
+    np.testing.assert_allclose(iou[seen], 1.0, atol=1e-6)
+    np.testing.assert_allclose(res.recall.values[seen], 1.0)
+    metrics = osc.dataset_metrics(res)
+    any_seen = seen.any(axis=0)
+    np.testing.assert_allclose(metrics["ap50"].values[any_seen], 1.0)
+    np.testing.assert_allclose(metrics["map"].values[any_seen], 1.0)
+    assert np.isnan(metrics["ap50"].values[~any_seen]).all()
+    import warnings
+
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # elements where no sample's object is in view
+        conf, iou_mean = res.confidence.values.mean(0), np.nanmean(np.where(seen, iou, np.nan), 0)
+        np.testing.assert_allclose(metrics["nero_conf_iou"].values[any_seen], (conf * iou_mean)[any_seen], rtol=1e-6)
