@@ -1,4 +1,7 @@
-"""Datasets and data specs: IDX files, the MNIST subset, Fashion-MNIST, image folders, arrays."""
+"""Datasets and data specs: IDX files, the MNIST subset, Fashion-MNIST, image folders, arrays,
+COCO-format detection data."""
+
+from .coco import DetectionSet, key_object_contexts, read_coco, write_coco
 
 from .datasets import (
     DATA_SPECS,
@@ -13,5 +16,5 @@ from .datasets import (
     register_data_spec,
 )
 
-__all__ = ["DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
+__all__ = ["DetectionSet", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
            "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]

@@ -1,6 +1,6 @@
 """Data specs ``PREFIX[:ARGS][@N]`` (the CLI's ``--data``): the registry :data:`DATA_SPECS`,
 :func:`register_data_spec`, :func:`parse_data_spec` and the built-in prefixes (``mnist-subset``,
-``fashion-mnist``, ``idx``, ``folder``, ``npz``)."""
+``fashion-mnist``, ``idx``, ``folder``, ``coco``, ``npz``)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ DataSpecParser = Callable[[str], Dataset]
 #: The data spec prefixes: prefix -> parser(rest) -> dataset (see :func:`register_data_spec`).
 DATA_SPECS: Registry[DataSpecParser] = Registry("data spec prefix", key="prefix")
 _USAGE: dict[str, str] = {}
-_BUILTIN_ORDER = ("mnist-subset", "fashion-mnist", "idx", "folder", "npz")
+_BUILTIN_ORDER = ("mnist-subset", "fashion-mnist", "idx", "folder", "coco", "npz")
 #: An @-suffix meant as a sample count but not a positive integer ("@-3", "@2.5", "@1e3").
 _COUNT_LIKE = re.compile(r"[-+]?[\d.,_]*\d[\d.,_]*(e[-+]?\d+)?", re.IGNORECASE)
 
@@ -126,6 +126,17 @@ def _load_npz(path: str) -> ArrayDataset:
         raise DataError(f"{path}: cannot read the arrays 'x' and 'y' ({exc}); save plain numeric arrays with "
                         "np.savez(PATH, x=images, y=labels) (object arrays would need pickle, which is refused)") from exc
     return ArrayDataset(x, y, f"npz:{path}")
+
+
+@register_data_spec("coco", usage="coco:ANNOTATIONS.json[:IMAGES_DIR]")
+def _coco_spec(rest: str) -> Dataset:
+    from .coco import read_coco
+
+    if not rest:
+        raise SpecError("expected coco:ANNOTATIONS.json[:IMAGES_DIR] (COCO-format annotations; images beside the "
+                        "file unless IMAGES_DIR is given)")
+    ann, _, images = rest.partition(":")
+    return read_coco(Path(ann).expanduser(), Path(images).expanduser() if images else None)
 
 
 @register_data_spec("npz", usage="npz:PATH (keys x, y)")

@@ -18,7 +18,8 @@ __all__ = ["parse_orbit"]
 
 _SPEC_HELP = (
     "orbit specs: 'rotation:START:STOP:STEP' (degrees, STOP included), 'rotation90', "
-    "'shift:START:STOP:STEP' (pixels, same grid for tx and ty), 'scale:START:STOP:STEP', "
+    "'shift:START:STOP:STEP' (pixels, same grid for tx and ty; 'window-shift' is the same, e.g. NERO's "
+    "detection orbit 'window-shift:-64:60:4'), 'scale:START:STOP:STEP', "
     "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', "
     "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
     "the square), 'time-reversal', 'd4xt' (time-reversal x d4: NERO's 16 PIV elements), "
@@ -27,7 +28,7 @@ _SPEC_HELP = (
     "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
 )
 
-_RANGE_NAMES = ("rotation", "shift", "translation", "scale", "brightness", "contrast")
+_RANGE_NAMES = ("rotation", "shift", "translation", "window-shift", "scale", "brightness", "contrast")
 
 
 def parse_orbit(text: str) -> Orbit:
@@ -78,7 +79,7 @@ def _parse_single(text: str) -> Orbit:
         raise SpecError(f"unknown orbit {name!r} in {text!r}; {hint}{_SPEC_HELP}")
     if name in _RANGE_NAMES and len(args) != 3:
         raise SpecError(f"orbit {text!r}: {name} needs START:STOP:STEP (3 numbers, STOP included), got "
-                        f"{len(args)}; e.g. '{name}:{'0:360:5' if name == 'rotation' else '-8:8:2' if name in ('shift', 'translation') else '0.8:1.2:0.1'}'")
+                        f"{len(args)}; e.g. '{name}:{'0:360:5' if name == 'rotation' else '-8:8:2' if name in ('shift', 'translation', 'window-shift') else '0.8:1.2:0.1'}'")
     bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
     if not args:
         if name not in plain:
@@ -103,7 +104,7 @@ def _parse_single(text: str) -> Orbit:
     grid = inclusive_range(*args, what=f"orbit {text!r}")
     if name == "rotation":
         return Rotation(grid)
-    if name in ("shift", "translation"):
+    if name in ("shift", "translation", "window-shift"):  # a window over context moves by the task's input kind
         check_size(len(grid) ** 2, f"orbit {text!r} (tx x ty)")
         return Translation(grid)
     return {"scale": Scale, "brightness": Brightness, "contrast": Contrast}[name](grid)

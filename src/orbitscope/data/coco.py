@@ -1,0 +1,198 @@
+"""Detection data in COCO format, and NERO's key-object contexts.
+
+COCO JSON (https://cocodataset.org/#format-data): ``images`` (``id``, ``file_name``, ``width``,
+``height``), ``annotations`` (``image_id``, ``category_id``, ``bbox`` = [x, y, w, h] in pixels,
+``iscrowd``), ``categories`` (``id``, ``name``). :func:`read_coco` turns boxes into our xyxy
+convention (x1 = x + w, y1 = y + h) and keeps COCO's category ids as labels; crowd annotations
+are left out (COCO's evaluation ignores them too). :func:`write_coco` writes the reverse, so
+users with VOC or their own annotations can convert once and use the same loader.
+
+:func:`key_object_contexts` builds NERO's detection set: for every qualifying object, a context
+crop of (view + 2·max_shift)² pixels centred on the object, so that with the ``window`` input
+kind the field of view (``view_size``) shows the object at its centre at shift 0 and displaced by
++t at shift t (NERO cut the window at top-left = centre − 64 − t), always over real context. An
+object qualifies when that crop lies inside its image (NERO's rule, no padding) and its box
+covers ``area`` (a fraction of view²; NERO: 10–50 %) of the view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import DataError
+
+__all__ = ["DetectionSet", "read_coco", "write_coco", "key_object_contexts"]
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True, eq=False)
+class _Item:
+    image: np.ndarray | Path  # (C, H, W) uint8, or a file (grey stays 1 channel, else RGB) read when asked for
+    boxes: np.ndarray  # (n, 4) float32 xyxy pixels
+    labels: np.ndarray  # (n,) int64
+    image_id: int
+    file_name: str
+
+
+def _load_image(source: np.ndarray | Path) -> np.ndarray:
+    if isinstance(source, np.ndarray):
+        return source
+    from PIL import Image
+
+    try:
+        with Image.open(source) as im:
+            grey = im.mode in ("1", "L", "I;16", "I")
+            arr = np.asarray(im.convert("L" if grey else "RGB"))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read the image {source}: {exc}") from exc
+    return np.ascontiguousarray(arr[None] if arr.ndim == 2 else np.moveaxis(arr, -1, 0))
+
+
+class DetectionSet(Dataset):
+    """Images with boxes: items ``(image (C, H, W) float in [0, 1], {"boxes": (n, 4) xyxy,
+    "labels": (n,)})``. ``categories`` maps label -> name; ``data_id`` identifies the set in run ids."""
+
+    def __init__(self, items: Sequence[_Item], categories: dict[int, str], data_id: str) -> None:
+        self.items = list(items)
+        self.categories = dict(categories)
+        self.data_id = data_id
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def image(self, i: int) -> np.ndarray:
+        """Image ``i`` as uint8 (C, H, W)."""
+        return _load_image(self.items[i].image)
+
+    def target(self, i: int) -> dict[str, np.ndarray]:
+        it = self.items[i]
+        return {"boxes": it.boxes.copy(), "labels": it.labels.copy()}
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"item {i} of a detection set of {len(self)}")
+        return torch.from_numpy(self.image(i).astype(np.float32) / 255.0), self.target(i)
+
+
+def read_coco(annotations: PathLike, images: PathLike | None = None, *,
+              categories: Sequence[int | str] | None = None) -> DetectionSet:
+    """A COCO-format annotation file as a :class:`DetectionSet` (images read lazily from
+    ``images``, default: the JSON file's folder). ``categories`` keeps only those (ids or names);
+    images keep all their boxes of the kept categories, also images with none."""
+    path = Path(annotations)
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read the COCO annotations {path}: {exc}") from exc
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(raw.get(key), list):
+            raise DataError(f"{path} is not COCO-format annotations: it has no list {key!r} (keys: {sorted(raw)})")
+    names = {int(c["id"]): str(c.get("name", c["id"])) for c in raw["categories"]}
+    keep = set(names)
+    if categories is not None:
+        by_name = {v: k for k, v in names.items()}
+        unknown = [c for c in categories if (c not in by_name if isinstance(c, str) else int(c) not in names)]
+        if unknown:
+            raise DataError(f"categories {unknown} are not in {path}; it has {sorted(names.values())}")
+        keep = {by_name[c] if isinstance(c, str) else int(c) for c in categories}
+    folder = Path(images) if images is not None else path.parent
+    per_image: dict[int, list[tuple[list[float], int]]] = {int(im["id"]): [] for im in raw["images"]}
+    for a in raw["annotations"]:
+        if a.get("iscrowd", 0) or int(a["category_id"]) not in keep:
+            continue
+        x, y, w, h = (float(v) for v in a["bbox"])
+        if w < 0 or h < 0:
+            raise DataError(f"annotation {a.get('id')} of image {a['image_id']} has a negative width or height")
+        if int(a["image_id"]) not in per_image:
+            raise DataError(f"annotation {a.get('id')} refers to image {a['image_id']}, which is not listed")
+        per_image[int(a["image_id"])].append(([x, y, x + w, y + h], int(a["category_id"])))
+    items = []
+    for im in sorted(raw["images"], key=lambda im: int(im["id"])):
+        anns = per_image[int(im["id"])]
+        items.append(_Item(folder / im["file_name"], np.asarray([b for b, _ in anns], np.float32).reshape(-1, 4),
+                           np.asarray([c for _, c in anns], np.int64), int(im["id"]), str(im["file_name"])))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    return DetectionSet(items, {k: names[k] for k in sorted(keep)},
+                        f"coco:{path.name}:{digest}" + (f":{','.join(map(str, sorted(keep)))}" if categories else ""))
+
+
+def write_coco(data: DetectionSet, annotations: PathLike, images: PathLike | None = None) -> Path:
+    """Write ``data`` as COCO-format JSON at ``annotations``; images held in memory are saved as
+    PNG files under ``images`` (default: beside the JSON), files already on disk are referenced."""
+    from PIL import Image
+
+    out = Path(annotations)
+    folder = Path(images) if images is not None else out.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    imgs, anns = [], []
+    for i, it in enumerate(data.items):
+        arr = data.image(i)
+        name = it.file_name
+        if isinstance(it.image, np.ndarray):
+            Image.fromarray(arr[0] if arr.shape[0] == 1 else np.moveaxis(arr, 0, -1)).save(folder / name)
+        elif Path(it.image).resolve().parent != folder.resolve():
+            name = os.path.relpath(Path(it.image).resolve(), folder.resolve())
+        imgs.append({"id": it.image_id, "file_name": name, "height": int(arr.shape[1]), "width": int(arr.shape[2])})
+        for b, lab in zip(it.boxes.tolist(), it.labels.tolist()):
+            w, h = b[2] - b[0], b[3] - b[1]
+            anns.append({"id": len(anns) + 1, "image_id": it.image_id, "category_id": int(lab),
+                         "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": 0})
+    doc = {"images": imgs, "annotations": anns,
+           "categories": [{"id": k, "name": v} for k, v in sorted(data.categories.items())]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def key_object_contexts(data: DetectionSet, *, view: int = 128, max_shift: int = 64,
+                        area: tuple[float, float] = (0.10, 0.50), categories: Sequence[int] | None = None,
+                        limit: int | None = None) -> DetectionSet:
+    """NERO's key-object set (see the module docstring): one context crop per qualifying object,
+    in image order then annotation order, at most ``limit``. The key object is box 0 of each
+    target; the other boxes of the image that reach into the crop follow, clipped to it."""
+    if view < 1 or max_shift < 0:
+        raise DataError(f"view must be positive and max_shift non-negative, got {view}, {max_shift}")
+    lo, hi = area
+    size = view + 2 * max_shift
+    items: list[_Item] = []
+    for i, it in enumerate(data.items):
+        if limit is not None and len(items) >= limit:
+            break
+        arr: np.ndarray | None = None
+        for j, (box, lab) in enumerate(zip(it.boxes, it.labels)):
+            if categories is not None and int(lab) not in set(categories):
+                continue
+            frac = float((box[2] - box[0]) * (box[3] - box[1])) / view ** 2
+            if not lo <= frac <= hi:
+                continue
+            arr = data.image(i) if arr is None else arr
+            cx, cy = int(round((box[0] + box[2]) / 2)), int(round((box[1] + box[3]) / 2))
+            x0, y0 = cx - size // 2, cy - size // 2
+            if x0 < 0 or y0 < 0 or x0 + size > arr.shape[2] or y0 + size > arr.shape[1]:
+                continue  # the moved window would leave the image
+            order = [j] + [k for k in range(len(it.boxes)) if k != j]
+            moved = it.boxes[order] - np.array([x0, y0, x0, y0], np.float32)
+            clipped = np.clip(moved, 0, size)
+            seen = (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])
+            crop = np.ascontiguousarray(arr[:, y0:y0 + size, x0:x0 + size])
+            items.append(_Item(crop, clipped[seen].astype(np.float32), it.labels[order][seen], len(items) + 1,
+                               f"{Path(it.file_name).stem}-object{j}.png"))
+            if limit is not None and len(items) >= limit:
+                break
+    if not items:
+        raise DataError(f"no object qualifies: none has a box covering {lo:.0%}–{hi:.0%} of {view}² with a "
+                        f"{size}² crop around it inside its image; lower max_shift, widen area, or use larger images")
+    cats = data.categories if categories is None else {c: data.categories.get(c, str(c)) for c in categories}
+    return DetectionSet(items, cats, f"{data.data_id}:keyobjects:v{view}:s{max_shift}:a{lo:g}-{hi:g}"
+                        + (f":c{','.join(map(str, categories))}" if categories is not None else "")
+                        + (f":n{limit}" if limit is not None else ""))
