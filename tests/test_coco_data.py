@@ -6,11 +6,10 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import orbitscope as osc
 from orbitscope.data import key_object_contexts, read_coco, write_coco
-from orbitscope.data.coco import DetectionSet, _Item
+from orbitscope.data.coco import DetectionSet
 from orbitscope.errors import DataError
 from orbitscope.tasks import Detection
 
@@ -18,7 +17,7 @@ from test_detection_task import BrightBoxDetector
 
 
 def _photo_set(rng: np.random.Generator, n: int = 3, size: int = 96) -> DetectionSet:
-    items = []
+    images, targets = [], []
     for i in range(n):
         img = rng.integers(0, 70, size=(1, size, size), dtype=np.uint8)
         boxes, labels = [], []
@@ -28,8 +27,10 @@ def _photo_set(rng: np.random.Generator, n: int = 3, size: int = 96) -> Detectio
             img[0, y0:y0 + h, x0:x0 + w] = 230
             boxes.append([x0, y0, x0 + w, y0 + h])
             labels.append(1 + k)
-        items.append(_Item(img, np.asarray(boxes, np.float32), np.asarray(labels, np.int64), i + 1, f"img{i}.png"))
-    return DetectionSet(items, {1: "key", 2: "other"}, "test:photos")
+        images.append(img)
+        targets.append({"boxes": boxes, "labels": labels})
+    return DetectionSet.from_arrays(images, targets, {1: "key", 2: "other"}, "test:photos",
+                                    names=[f"img{i}.png" for i in range(n)])
 
 
 def test_coco_round_trip_keeps_images_boxes_and_classes(tmp_path):

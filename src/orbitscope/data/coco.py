@@ -22,7 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -66,6 +66,22 @@ class DetectionSet(Dataset):
         self.items = list(items)
         self.categories = dict(categories)
         self.data_id = data_id
+
+    @classmethod
+    def from_arrays(cls, images: Sequence[np.ndarray], targets: Sequence[dict[str, Any]], categories: dict[int, str],
+                    data_id: str, names: Sequence[str] | None = None) -> "DetectionSet":
+        """Images held in memory (uint8 (C, H, W)) with targets ``{"boxes": (n, 4) xyxy, "labels": (n,)}``."""
+        if len(images) != len(targets):
+            raise DataError(f"{len(images)} images but {len(targets)} targets")
+        items = []
+        for i, (img, t) in enumerate(zip(images, targets)):
+            arr = np.asarray(img)
+            if arr.ndim != 3 or arr.dtype != np.uint8:
+                raise DataError(f"image {i} must be uint8 (C, H, W), got {arr.dtype} of shape {arr.shape}")
+            boxes = np.asarray(t["boxes"], np.float32).reshape(-1, 4)
+            labels = np.asarray(t.get("labels", np.zeros(len(boxes))), np.int64).reshape(-1)
+            items.append(_Item(arr, boxes, labels, i + 1, names[i] if names is not None else f"image{i}.png"))
+        return cls(items, categories, data_id)
 
     def __len__(self) -> int:
         return len(self.items)
