@@ -188,7 +188,7 @@ def test_test_registration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtin_data_specs_unchanged() -> None:
-    assert DATA_SPECS.names() == ["fashion-mnist", "folder", "idx", "mnist-subset", "npz"]
+    assert DATA_SPECS.names() == ["coco", "fashion-mnist", "folder", "idx", "mnist-subset", "npz"]  # coco: issue 13
     with pytest.raises(SpecError, match="accepted forms: mnist-subset.*npz:PATH"):
         parse_data_spec("cifar10")
 
