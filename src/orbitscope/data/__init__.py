@@ -2,6 +2,7 @@
 COCO-format detection data."""
 
 from .coco import DetectionSet, key_object_contexts, read_coco, write_coco
+from .scenes import digit_scenes
 
 from .datasets import (
     DATA_SPECS,
@@ -16,5 +17,5 @@ from .datasets import (
     register_data_spec,
 )
 
-__all__ = ["DetectionSet", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
+__all__ = ["DetectionSet", "digit_scenes", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
            "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]
