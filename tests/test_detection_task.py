@@ -185,6 +185,11 @@ def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tm
     run = osc.evaluate(BrightBoxDetector(), _Items(images, targets), orbit, Detection(), view_size=(32, 32),
                        store=tmp_path, batch_size=2)
     res = run.result
+    # several model calls per chunk (forward_batch below the chunk's rows): the same numbers
+    split = osc.evaluate(BrightBoxDetector(), _Items(images, targets), orbit, Detection(), view_size=(32, 32),
+                         batch_size=2, forward_batch=7).result
+    for name in ("iou", "confidence", "det_scores", "det_matched", "gt_visible"):
+        np.testing.assert_array_equal(split[name].values, res[name].values, err_msg=name)
     iou = res.iou.values
     seen = ~np.isnan(iou)
     assert seen.any() and (~seen).any()  # shifts that keep the object in view, and some that do not

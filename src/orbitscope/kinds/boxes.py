@@ -57,6 +57,22 @@ class Boxes:
         return Boxes(self.xyxy[index], self.labels[index], self.valid[index],
                      None if self.scores is None else self.scores[index])
 
+    @classmethod
+    def concat(cls, parts: Sequence["Boxes"]) -> "Boxes":
+        """Rows of several batches in one, padded to the largest number of boxes (padding rows
+        invalid, score −inf)."""
+        n = max(p.xyxy.shape[1] for p in parts)
+
+        def pad(t: Tensor, value: float) -> Tensor:
+            if t.shape[1] == n:
+                return t
+            extra = torch.full((t.shape[0], n - t.shape[1], *t.shape[2:]), value, dtype=t.dtype, device=t.device)
+            return torch.cat([t, extra], 1)
+
+        scores = None if any(p.scores is None for p in parts) else torch.cat([pad(p.scores, -torch.inf) for p in parts])
+        return cls(torch.cat([pad(p.xyxy, 0.0) for p in parts]), torch.cat([pad(p.labels, -1) for p in parts]),
+                   torch.cat([pad(p.valid, False) for p in parts]), scores)
+
     def per_image(self) -> list[tuple[Tensor, Tensor]]:
         """Valid (boxes (n, 4), labels (n,)) of every image."""
         return [(self.xyxy[i][self.valid[i]], self.labels[i][self.valid[i]]) for i in range(len(self))]

@@ -1,5 +1,6 @@
 """Models: reference and equivariant architectures, inference optimisation, loading and saving."""
 
+from .centre_detector import CentreDetector
 from .equivariant import P4CNN, Symmetrized, symmetrize
 from .nero_cnn import NeroCNN
 from .reference import (
@@ -15,5 +16,5 @@ from .reference import (
 )
 from .registry import ARCHITECTURES, build_model, list_models, register_model
 
-__all__ = ["ARCHITECTURES", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
+__all__ = ["ARCHITECTURES", "CentreDetector", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device"]

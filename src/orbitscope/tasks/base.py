@@ -53,8 +53,8 @@ def split_item(item: Any, index: int) -> tuple[Any, Any]:
 
 def concat_outputs(parts: Sequence[Any]) -> Any:
     """Concatenate per-call model outputs along rows: tensors, tuples/lists of tensors (per
-    position), dicts of tensors (per key), or lists of per-row objects (e.g. torchvision's
-    ``list[dict]``)."""
+    position), dicts of tensors (per key), lists of per-row objects (e.g. torchvision's
+    ``list[dict]``), or objects whose class has a ``concat(parts)`` (e.g. padded Boxes)."""
     first = parts[0]
     if len(parts) == 1:
         return first
@@ -66,6 +66,8 @@ def concat_outputs(parts: Sequence[Any]) -> Any:
         return tuple(concat_outputs([p[i] for p in parts]) for i in range(len(first)))
     if isinstance(first, list):
         return [row for p in parts for row in p]
+    if callable(getattr(type(first), "concat", None)):  # e.g. padded Boxes
+        return type(first).concat(parts)
     raise ModelError(f"cannot concatenate model outputs of type {type(first).__name__}; return tensors, tuples of "
                      "tensors, dicts of tensors or a list with one entry per input")
 
