@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -365,11 +365,10 @@ class ResultSource:
     version: str
     cache: Any = None
     namespace: str = ""
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def derived(self, namespace: str, bounds: ChunkBounds | None = None) -> "ResultSource":
         return ResultSource(self.run_id, self.bounds if bounds is None else bounds, self.version, self.cache,
-                            f"{self.namespace}/{namespace}" if self.namespace else namespace, self.extra)
+                            f"{self.namespace}/{namespace}" if self.namespace else namespace)
 
     def cache_key(self, what: str) -> str:
         return f"{self.version}|{self.namespace}|{what}"
