@@ -34,3 +34,28 @@ class CentroidNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x.flatten(1))
+
+
+def fixture_linear_model() -> nn.Module:
+    """The seeded linear classifier tests/data/make_store_format2.py writes the store fixtures with
+    (that script keeps its own copy: it runs standalone at old commits)."""
+    rng = np.random.default_rng(0)
+    fc = nn.Linear(784, 10)
+    with torch.no_grad():
+        fc.weight.copy_(torch.as_tensor(rng.normal(0, 0.05, (10, 784)), dtype=torch.float32))
+        fc.bias.copy_(torch.as_tensor(rng.normal(0, 0.1, 10), dtype=torch.float32))
+    return nn.Sequential(nn.Flatten(), fc)
+
+
+class Pairs(torch.utils.data.Dataset):
+    """A map-style dataset of ``(torch.as_tensor(inputs[i]), targets[i])`` (targets kept as they
+    are, e.g. detection dicts)."""
+
+    def __init__(self, inputs, targets):
+        self.inputs, self.targets = inputs, targets
+
+    def __len__(self):
+        return len(self.inputs)
+
+    def __getitem__(self, i):
+        return torch.as_tensor(self.inputs[i]), self.targets[i]

@@ -16,6 +16,8 @@ import orbitscope as osc
 from orbitscope.kinds import collate_boxes, read_detections
 from orbitscope.tasks import Detection
 
+from helpers import Pairs
+
 pycocotools = pytest.importorskip("pycocotools")
 from pycocotools.coco import COCO  # noqa: E402
 from pycocotools.cocoeval import COCOeval  # noqa: E402
@@ -161,17 +163,6 @@ class BrightBoxDetector(nn.Module):
         return out
 
 
-class _Items(torch.utils.data.Dataset):
-    def __init__(self, images, targets):
-        self.images, self.targets = images, targets
-
-    def __len__(self):
-        return len(self.images)
-
-    def __getitem__(self, i):
-        return torch.as_tensor(self.images[i]), self.targets[i]
-
-
 def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tmp_path):
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 0.3, size=(5, 1, 64, 64)).astype(np.float32)
@@ -182,11 +173,11 @@ def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tm
         images[i, 0, y0:y0 + h, x0:x0 + w] = 0.9
         targets.append({"boxes": np.array([[x0, y0, x0 + w, y0 + h]], np.float32), "labels": np.array([1])})
     orbit = osc.Translation(range(-24, 25, 8))
-    run = osc.evaluate(BrightBoxDetector(), _Items(images, targets), orbit, Detection(), view_size=(32, 32),
+    run = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
                        store=tmp_path, batch_size=2)
     res = run.result
     # several model calls per chunk (forward_batch below the chunk's rows): the same numbers
-    split = osc.evaluate(BrightBoxDetector(), _Items(images, targets), orbit, Detection(), view_size=(32, 32),
+    split = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
                          batch_size=2, forward_batch=7).result
     for name in ("iou", "confidence", "det_scores", "det_matched", "gt_visible"):
         np.testing.assert_array_equal(split[name].values, res[name].values, err_msg=name)

@@ -13,7 +13,7 @@ from sklearn.metrics import balanced_accuracy_score
 from torch import nn
 
 import orbitscope as osc
-from helpers import TinyNet
+from helpers import TinyNet, fixture_linear_model
 from orbitscope.data import mnist_subset
 from orbitscope.errors import DataError, SpecError
 
@@ -95,12 +95,7 @@ def test_a_store_written_before_task_v2_reads_and_is_reused(tmp_path, digits):
     the same evaluation today finds those runs by id and returns their arrays unchanged."""
     home = tmp_path / "store"
     shutil.copytree(FIXTURE, home)
-    rng = np.random.default_rng(0)
-    fc = nn.Linear(784, 10)
-    with torch.no_grad():
-        fc.weight.copy_(torch.as_tensor(rng.normal(0, 0.05, (10, 784)), dtype=torch.float32))
-        fc.bias.copy_(torch.as_tensor(rng.normal(0, 0.1, 10), dtype=torch.float32))
-    model = nn.Sequential(nn.Flatten(), fc)
+    model = fixture_linear_model()
     data = mnist_subset("test").stratified(2)
     old = osc.Store(home)
     runs = {r.name: r for r in old.runs()}

@@ -17,6 +17,8 @@ from orbitscope.group import D4, NeroSO3, Octahedral, Translation, d4_time_rever
 from orbitscope.kinds import Boxes, box_area, fuse_boxes, get_kind
 from orbitscope.tasks import Classification, Task, Variable, register_task
 
+from helpers import Pairs
+
 
 # ------------------------------------------------------------------------------------ boxes
 @register_task
@@ -89,17 +91,6 @@ def _context_objects(n: int = 6, size: int = 64, seed: int = 0):
     return images, targets
 
 
-class _Items(torch.utils.data.Dataset):
-    def __init__(self, inputs, targets):
-        self.inputs, self.targets = inputs, targets
-
-    def __len__(self):
-        return len(self.inputs)
-
-    def __getitem__(self, i):
-        return torch.as_tensor(self.inputs[i]), self.targets[i]
-
-
 def _expected_box_in_view(box, t, view=32, ctx=64):
     """Plain loop: the box moved by t from context to view coordinates, clipped, and visible."""
     off = (ctx - view) / 2
@@ -117,7 +108,7 @@ def test_window_over_context_shows_real_context_exactly():
 
 def test_boxes_follow_the_window_shift_and_bias_costs_closed_form_iou():
     images, targets = _context_objects(6)
-    data = _Items(images, targets)
+    data = Pairs(images, targets)
     orbit = Translation(range(-24, 25, 8))
     res = osc.evaluate(ThresholdBox(), data, orbit, TopBoxIoU(), view_size=(32, 32), batch_size=4).result
     biased = osc.evaluate(ThresholdBox(bias=3.0), data, orbit, TopBoxIoU(), view_size=(32, 32)).result
@@ -148,7 +139,7 @@ def test_box_consensus_is_self_consistency_not_correctness():
     true box + 3 px in the context frame) while its IoU with the truth is (w - 3) / (w + 3)."""
     images, targets = _context_objects(4)
     orbit = Translation([-4, 0, 4])  # the objects stay fully in view
-    res = osc.evaluate(ThresholdBox(bias=3.0), _Items(images, targets), orbit, TopBoxIoU(), view_size=(32, 32),
+    res = osc.evaluate(ThresholdBox(bias=3.0), Pairs(images, targets), orbit, TopBoxIoU(), view_size=(32, 32),
                        consensus=True).result
     np.testing.assert_allclose(res.consensus_iou.values, 1.0, atol=1e-6)
     w = np.array([t["boxes"][0][2] - t["boxes"][0][0] for t in targets])
@@ -178,7 +169,7 @@ def test_ragged_targets_are_padded_and_invalid_rows_marked():
     images, targets = _context_objects(5)
     targets[3] = {"boxes": np.concatenate([targets[3]["boxes"], [[0, 0, 4, 4], [1, 1, 2, 2]]]).astype(np.float32),
                   "labels": np.array([1, 2, 3])}
-    res = osc.evaluate(ThresholdBox(), _Items(images, targets), Translation([0]), TopBoxIoU(), view_size=(32, 32),
+    res = osc.evaluate(ThresholdBox(), Pairs(images, targets), Translation([0]), TopBoxIoU(), view_size=(32, 32),
                        batch_size=2).result
     assert res.target_boxes.shape == (5, 3, 4)  # padded to the largest count over all chunks
     assert res.target_valid.values.sum(1).tolist() == [1, 1, 1, 3, 1]

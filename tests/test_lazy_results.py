@@ -22,6 +22,8 @@ from orbitscope.errors import DamagedRunError
 from orbitscope.results.lazy import ChunkBounds, RowChunkedArray, lazy_variable
 from orbitscope.results.streaming import Moments
 
+from helpers import fixture_linear_model
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -237,15 +239,6 @@ def test_summary_and_dataset_level_counts_are_exact(stored):
 # --------------------------------------------------------------------------- stores written before
 
 
-def _fixture_model() -> nn.Module:
-    rng = np.random.default_rng(0)
-    fc = nn.Linear(784, 10)
-    with torch.no_grad():
-        fc.weight.copy_(torch.as_tensor(rng.normal(0, 0.05, (10, 784)), dtype=torch.float32))
-        fc.bias.copy_(torch.as_tensor(rng.normal(0, 0.1, 10), dtype=torch.float32))
-    return nn.Sequential(nn.Flatten(), fc)
-
-
 @pytest.mark.parametrize("fixture", ["store_format2", "store_d7b6042"])
 def test_stores_written_by_earlier_versions_open_lazily_and_cache_aggregates(fixture, tmp_path):
     """store_format2: written at e7f1787 (before chunk checksums); store_d7b6042: by the main
@@ -255,7 +248,7 @@ def test_stores_written_by_earlier_versions_open_lazily_and_cache_aggregates(fix
     st = osc.Store(home)
     rec = st.get_run("fixture-rotation")
     assert rec.run_id == "187669ed8d01fce5"
-    fresh = osc.evaluate(_fixture_model(), mnist_subset("test").stratified(2), osc.Rotation([0, 45, 90, 180]),
+    fresh = osc.evaluate(fixture_linear_model(), mnist_subset("test").stratified(2), osc.Rotation([0, 45, 90, 180]),
                          osc.Classification(store_probabilities=True), batch_size=8)
     assert fresh.run_id == rec.run_id
     lazy, eager = st.load(rec.run_id), st.load(rec.run_id, lazy=False, verify=True)
