@@ -27,7 +27,7 @@ from .base import Kind, Layout, register_kind
 from .points import transform_keypoints
 
 __all__ = ["Boxes", "transform_boxes", "clip_boxes", "box_area", "BoxesKind", "collate_boxes", "read_detections",
-           "box_iou", "fuse_boxes"]
+           "box_iou", "fuse_boxes", "pad_boxes_dim"]
 
 
 @dataclass
@@ -62,16 +62,11 @@ class Boxes:
         """Rows of several batches in one, padded to the largest number of boxes (padding rows
         invalid, score −inf)."""
         n = max(p.xyxy.shape[1] for p in parts)
-
-        def pad(t: Tensor, value: float) -> Tensor:
-            if t.shape[1] == n:
-                return t
-            extra = torch.full((t.shape[0], n - t.shape[1], *t.shape[2:]), value, dtype=t.dtype, device=t.device)
-            return torch.cat([t, extra], 1)
-
-        scores = None if any(p.scores is None for p in parts) else torch.cat([pad(p.scores, -torch.inf) for p in parts])
-        return cls(torch.cat([pad(p.xyxy, 0.0) for p in parts]), torch.cat([pad(p.labels, -1) for p in parts]),
-                   torch.cat([pad(p.valid, False) for p in parts]), scores)
+        scores = (None if any(p.scores is None for p in parts)
+                  else torch.cat([pad_boxes_dim(p.scores, n, -torch.inf) for p in parts]))
+        return cls(torch.cat([pad_boxes_dim(p.xyxy, n, 0.0) for p in parts]),
+                   torch.cat([pad_boxes_dim(p.labels, n, -1) for p in parts]),
+                   torch.cat([pad_boxes_dim(p.valid, n, False) for p in parts]), scores)
 
     def per_image(self) -> list[tuple[Tensor, Tensor]]:
         """Valid (boxes (n, 4), labels (n,)) of every image."""
@@ -146,12 +141,21 @@ def collate_boxes(items: Sequence[Any]) -> Boxes:
 
 
 def box_iou(a: Tensor, b: Tensor) -> Tensor:
-    """Pairwise IoU (n, m) of xyxy boxes a (n, 4) and b (m, 4) (areas without +1, see the module docstring)."""
-    lo = torch.maximum(a[:, None, :2], b[None, :, :2])
-    hi = torch.minimum(a[:, None, 2:], b[None, :, 2:])
+    """Pairwise IoU (..., n, m) of xyxy boxes a (..., n, 4) and b (..., m, 4), batched over any
+    leading dims (areas without +1, see the module docstring); 0 where both boxes are empty."""
+    lo = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
+    hi = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
     inter = (hi - lo).clamp_min(0).prod(-1)
-    union = box_area(a)[:, None] + box_area(b)[None, :] - inter
+    union = box_area(a)[..., :, None] + box_area(b)[..., None, :] - inter
     return torch.where(union > 0, inter / union, torch.zeros_like(inter))
+
+
+def pad_boxes_dim(t: Tensor, n: int, value: float) -> Tensor:
+    """``t`` (R, K, ...) cut or padded with ``value`` to K = n entries along dim 1 (the box dim)."""
+    if t.shape[1] >= n:
+        return t[:, :n]
+    pad = torch.full((t.shape[0], n - t.shape[1], *t.shape[2:]), value, dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad], 1)
 
 
 def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[float] | np.ndarray,

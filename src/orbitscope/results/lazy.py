@@ -35,7 +35,7 @@ from xarray.core import indexing
 from ..errors import DamagedRunError, StoreError
 
 __all__ = ["ChunkBounds", "RowChunkedArray", "ChunkFile", "ChunkTable", "read_chunk_file", "check_chunk_file", "lazy_variable",
-           "ResultSource", "outer_index", "file_crc", "verify_chunk_file", "stored_arrays", "fill_value"]
+           "ResultSource", "outer_index", "file_crc", "verify_chunk_file", "stored_arrays", "fill_value", "joined_extra_shape", "pad_to"]
 
 _CRC_BLOCK = 1 << 20
 #: Chunk files whose checksum this process verified: a 64-bit digest of (path, size, mtime_ns, crc),
@@ -128,7 +128,7 @@ class RowChunkedArray(BackendArray):
         if arr.shape != want:  # ragged: pad the later axes
             if arr.shape[0] != want[0] or arr.ndim != len(want) or any(a > w for a, w in zip(arr.shape, want)):
                 raise StoreError(f"chunk {i} has shape {arr.shape}, expected {want}")
-            arr = np.pad(np.asarray(arr), [(0, w - a) for a, w in zip(arr.shape, want)], constant_values=self.fill)
+            arr = pad_to(arr, want, self.fill)
         return arr
 
     def _getitem(self, key: tuple[Any, ...]) -> np.ndarray:
@@ -309,7 +309,7 @@ def stored_arrays(layout: dict[str, Any], chunks: Sequence[tuple[int, int, int, 
     ``(chunk, start, stop, checksums JSON)`` in sample order, ``base`` the run's folder. Every
     chunk file's header and size are checked now (its checksum too when ``verify``)."""
     ids = np.asarray([c for c, _, _, _ in chunks], dtype=np.int64)
-    rows = np.asarray([stop - start for _, start, stop, _ in chunks], dtype=np.int64)
+    rows = bounds.stops - bounds.starts
     sums = [json.loads(checksum) if checksum else {} for _, _, _, checksum in chunks]
     out = {}
     for name, spec in layout["variables"].items():
@@ -334,17 +334,32 @@ def fill_value(dtype: np.dtype) -> Any:
     return -1 if np.issubdtype(dtype, np.signedinteger) else 0
 
 
+def joined_extra_shape(extras: set[tuple[int, ...]], ragged: bool) -> tuple[int, ...] | None:
+    """The shape after ``sample`` that chunks with these shapes after ``sample`` join into: their
+    one shape, or for a ragged variable the largest along each axis; None when they cannot join
+    (different shapes of a variable not declared ragged, or different numbers of axes)."""
+    if len(extras) == 1:
+        return next(iter(extras))
+    if not ragged or len({len(e) for e in extras}) != 1:
+        return None
+    return tuple(max(e[i] for e in extras) for i in range(len(next(iter(extras)))))
+
+
+def pad_to(arr: np.ndarray, shape: tuple[int, ...], fill: Any) -> np.ndarray:
+    """``arr`` padded at the end of each axis to ``shape`` with ``fill``."""
+    return np.pad(np.asarray(arr), [(0, w - a) for a, w in zip(arr.shape, shape)], constant_values=fill)
+
+
 def _extra_shape(name: str, spec: dict[str, Any], shapes: set[tuple[int, ...]], layout: dict[str, Any]) -> tuple[int, ...]:
     """The shape after ``sample`` of a stored variable; ragged variables take the largest."""
     extras = {sh[1:] for sh in shapes}
     if not extras:  # no chunks yet
         return (*([] if spec.get("per_sample") else layout["orbit_shape"]), *spec["extra_shape"])
-    if len(extras) == 1:
-        return next(iter(extras))
-    if not spec.get("ragged") or len({len(e) for e in extras}) != 1:
+    joined = joined_extra_shape(extras, bool(spec.get("ragged")))
+    if joined is None:
         raise StoreError(f"variable {name!r} has different shapes in different chunks ({sorted(extras)}); only "
                          "variables declared ragged (e.g. a varying number of boxes) may")
-    return tuple(max(e[i] for e in extras) for i in range(len(next(iter(extras)))))
+    return joined
 
 
 # --------------------------------------------------------------------------- where a result lives

@@ -39,7 +39,7 @@ import xarray as xr
 from ..group.orbits import Orbit, orbit_from_spec
 from ..tasks.variables import ENGINE_VARIABLES, Variable, variable_meta
 from .intervals import mean_interval, t_interval, wilson_interval
-from .lazy import ResultSource, fill_value
+from .lazy import ResultSource, fill_value, joined_extra_shape, pad_to
 from .streaming import CachedArray, GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
@@ -375,19 +375,15 @@ class OrbitResult:
 
 def _join(chunks: list[np.ndarray], ragged: bool, name: str) -> np.ndarray:
     """Concatenate chunks along samples; ragged variables are padded to the largest extra shape."""
-    shapes = {c.shape[1:] for c in chunks}
-    if len(shapes) <= 1:
-        return np.concatenate(chunks)
-    if not ragged or len({len(sh) for sh in shapes}) != 1:
-        raise ValueError(f"variable {name!r} has different shapes in different chunks ({sorted(shapes)}); only "
+    extras = {c.shape[1:] for c in chunks}
+    big = joined_extra_shape(extras, ragged)
+    if big is None:
+        raise ValueError(f"variable {name!r} has different shapes in different chunks ({sorted(extras)}); only "
                          "variables declared ragged (e.g. a varying number of boxes) may")
-    big = tuple(max(sh[i] for sh in shapes) for i in range(len(next(iter(shapes)))))
+    if len(extras) == 1:
+        return np.concatenate(chunks)
     fill = fill_value(chunks[0].dtype)
-    out = []
-    for c in chunks:
-        pad = [(0, 0)] + [(0, big[i] - c.shape[1 + i]) for i in range(len(big))]
-        out.append(np.pad(c, pad, constant_values=fill))
-    return np.concatenate(out)
+    return np.concatenate([pad_to(c, (len(c), *big), fill) for c in chunks])
 
 
 def task_of(task_spec: Any) -> Any:

@@ -63,10 +63,7 @@ class Moments:
         total = np.nansum(v, axis=0) if v.shape[0] else np.zeros(v.shape[1:])
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(n > 0, total / np.maximum(n, 1), 0.0)
-            if v.shape[0]:
-                m2 = np.nansum((v - np.where(n > 0, total / np.maximum(n, 1), 0.0)) ** 2, axis=0)
-            else:
-                m2 = np.zeros(v.shape[1:])
+            m2 = np.nansum((v - mean) ** 2, axis=0) if v.shape[0] else np.zeros(v.shape[1:])
         return cls(n, total, mean, m2)
 
     def merge(self, other: "Moments") -> "Moments":

@@ -36,12 +36,12 @@ from torch import Tensor
 
 from ..errors import DataError, ModelError
 from ..group.elements import Transforms
-from ..kinds.boxes import Boxes, box_area, read_detections
+from ..kinds.boxes import Boxes, box_iou, pad_boxes_dim, read_detections
 from .base import Task, register_task
 from .detection_metrics import IOU_THRESHOLDS, average_precision, match_detections
 from .variables import Variable
 
-__all__ = ["Detection", "pairwise_iou"]
+__all__ = ["Detection"]
 
 _METRICS = (
     Variable("confidence", "float32", description="score of the top detection (0 if none)", kind="probability",
@@ -64,23 +64,6 @@ _DATASET = (
     Variable("nero_conf_iou", "float64", description="NERO's aggregate: mean(confidence) · mean(IoU)",
              kind="probability", label="mean confidence × mean IoU"),
 )
-
-
-def pairwise_iou(a: Tensor, b: Tensor) -> Tensor:
-    """IoU (R, K, N) of each row's boxes a (R, K, 4) with its boxes b (R, N, 4), xyxy, no +1."""
-    lo = torch.maximum(a[:, :, None, :2], b[:, None, :, :2])
-    hi = torch.minimum(a[:, :, None, 2:], b[:, None, :, 2:])
-    inter = (hi - lo).clamp_min(0).prod(-1)
-    union = box_area(a)[:, :, None] + box_area(b)[:, None, :] - inter
-    return torch.where(union > 0, inter / union.clamp_min(1e-12), torch.zeros_like(inter))
-
-
-def _pad(t: Tensor, n: int, value: float) -> Tensor:
-    """``t`` (R, K, ...) cut or padded to K = n along dim 1."""
-    if t.shape[1] >= n:
-        return t[:, :n]
-    pad = torch.full((t.shape[0], n - t.shape[1], *t.shape[2:]), value, dtype=t.dtype, device=t.device)
-    return torch.cat([t, pad], 1)
 
 
 @register_task
@@ -169,12 +152,13 @@ class Detection(Task):
                             f"Detection(max_objects={n})")
         device = targets.xyxy.device
         k = int(self.max_detections)
-        boxes = _pad(outputs.xyxy.to(device).float(), k, 0.0)
-        scores = _pad(torch.where(outputs.valid.to(device), outputs.scores.to(device).float(), -torch.inf), k, -torch.inf)
-        labels = _pad(torch.where(outputs.valid.to(device), outputs.labels.to(device), -1), k, -1)
+        boxes = pad_boxes_dim(outputs.xyxy.to(device).float(), k, 0.0)
+        valid = outputs.valid.to(device)
+        scores = pad_boxes_dim(torch.where(valid, outputs.scores.to(device).float(), -torch.inf), k, -torch.inf)
+        labels = pad_boxes_dim(torch.where(valid, outputs.labels.to(device), -1), k, -1)
         det = torch.isfinite(scores) & (labels >= 0)
         gt_valid = targets.valid
-        iou = pairwise_iou(boxes, targets.xyxy.float())  # (R, K, N)
+        iou = box_iou(boxes, targets.xyxy.float())  # (R, K, N)
         same = labels[:, :, None] == targets.labels[:, None, :]
         matched = match_detections(iou, same, det, gt_valid)  # (R, K, T)
 
@@ -198,7 +182,7 @@ class Detection(Task):
             "det_scores": torch.where(det, scores, torch.zeros_like(scores)),
             "det_labels": labels.to(torch.int16),
             "det_matched": bits.to(torch.int32),
-            "gt_visible": _pad(gt_valid.to(torch.uint8), int(self.max_objects), 0),
+            "gt_visible": pad_boxes_dim(gt_valid.to(torch.uint8), int(self.max_objects), 0),
         }
 
     # -- dataset level -------------------------------------------------------------------------
