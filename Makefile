@@ -11,7 +11,8 @@ FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# the full torch build with its matching torchvision (torchvision's compiled ops need it; CPU and CUDA)
+	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(BIN)/python -m pip install -q -e '.[test]'
 	# optional TorchAttacks adapter + PGD baseline; --no-deps: its declared deps would pull a CUDA torch
 	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1

@@ -164,9 +164,9 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
             if ctx.consensus:
                 kept.append((k0, k1, outputs, g))
                 canonical.append(ctx.task.canonicalize(outputs, g, **target_action))
-    if ctx.consensus:
-        _consensus_into(out, ctx, kept, canonical, y, b, k, target_action)
+    per_sample = _consensus_into(out, ctx, kept, canonical, b, k, target_action) if ctx.consensus else {}
     arrays = {n: a.reshape(b, *ctx.orbit_shape, *a.shape[2:]) for n, a in out.items()}
+    arrays.update(per_sample)
     arrays.update(ctx.target_kind.store(y))
     if ctx.keep_inputs:
         arrays.update(ctx.input_kind.store(x))
@@ -174,9 +174,10 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
 
 
 def _consensus_into(out: dict[str, np.ndarray], ctx: EvalContext, kept: list[tuple[int, int, Any, Transforms]],
-                    canonical: list[Any], y: Any, b: int, k: int, target_action: dict[str, Any]) -> None:
+                    canonical: list[Any], b: int, k: int, target_action: dict[str, Any]) -> dict[str, np.ndarray]:
     """Score every element's outputs against the consensus pseudo-target (NERO): map outputs back
-    by g⁻¹ (done per slice), average over the distinct elements, re-apply each element."""
+    by g⁻¹ (done per slice), average over the distinct elements, re-apply each element. Returns
+    the task's per-sample consensus arrays (``Task.store_consensus``, e.g. fused boxes)."""
     from ..tasks.base import concat_outputs
 
     task = ctx.task
@@ -190,3 +191,4 @@ def _consensus_into(out: dict[str, np.ndarray], ctx: EvalContext, kept: list[tup
             scores = task.score(outputs, cg, g)
             renamed = {task.consensus_name(n): v for n, v in scores.items() if task.consensus_name(n) in wanted}
             _score_into(out, renamed, b, k, k0, k1)
+    return task.store_consensus(target)

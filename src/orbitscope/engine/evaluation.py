@@ -30,7 +30,7 @@ from torch import nn
 from ..errors import DamagedRunError, DataError, ModelError, SpecError
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit
-from ..kinds.base import Kind, get_kind
+from ..kinds.base import get_kind
 from ..results.result import OrbitResult, assemble_result
 from ..results.store import Store, open_store
 from ..tasks import Classification, Task, Variable
@@ -350,7 +350,11 @@ def evaluate(
             variables.update({v.name: v for v in task.consensus_variables()})
         if probe is not None:
             variables["activation"] = ENGINE_VARIABLES["activation"]
-        writer = _Writer(st, run_id, orbit, variables, probe, (target_kind, input_kind), dict(name=name, model_id=mid,
+        per_sample = {n: (tuple(dims), n in kind.ragged) for kind in (target_kind, input_kind)
+                      for n, dims in kind.stored.items()}
+        if consensus:  # e.g. the fused consensus boxes of each sample
+            per_sample.update({n: (tuple(dims), True) for n, dims in task.consensus_stored.items()})
+        writer = _Writer(st, run_id, orbit, variables, probe, per_sample, dict(name=name, model_id=mid,
                          data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,
                          chunk_size=source.chunk_size))
         done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
@@ -366,8 +370,9 @@ class _Writer:
     """The one writer: records chunks in the store (or keeps them in memory) as they arrive."""
 
     def __init__(self, store: Store | None, run_id: str, orbit: Orbit, variables: dict[str, Variable],
-                 probe: ActivationProbe | None, kinds: Sequence[Kind], create: dict[str, Any]) -> None:
-        self.kinds = kinds
+                 probe: ActivationProbe | None, per_sample: dict[str, tuple[tuple[str, ...], bool]],
+                 create: dict[str, Any]) -> None:
+        self.per_sample = per_sample
         self.store, self.run_id, self.orbit, self.variables, self.probe = store, run_id, orbit, variables, probe
         self.create = create
         self.layout: dict[str, Any] | None = None
@@ -377,7 +382,7 @@ class _Writer:
 
     def write(self, job: ChunkJob, arrays: dict[str, np.ndarray]) -> None:
         if self.layout is None:
-            self.layout = _layout(self.orbit, self.variables, arrays, self.probe, self.kinds)
+            self.layout = _layout(self.orbit, self.variables, arrays, self.probe, self.per_sample)
         if self.store is not None:
             if not self.created:
                 self.store.create_run(self.run_id, layout=self.layout, **self.create)
@@ -405,16 +410,14 @@ class _Writer:
 
 
 def _layout(orbit: Orbit, declared: dict[str, Variable], arrays: dict[str, np.ndarray],
-            probe: ActivationProbe | None, kinds: Sequence[Kind]) -> dict[str, Any]:
+            probe: ActivationProbe | None, stored: dict[str, tuple[tuple[str, ...], bool]]) -> dict[str, Any]:
+    """The run's layout; ``stored`` maps the per-sample arrays (not over the orbit: the stored
+    input and target, a task's consensus arrays) to their dims and whether they are ragged."""
     nd = len(orbit.dims)
     variables: dict[str, Any] = {}
     coords: dict[str, Any] = {d: orbit.coords[d].tolist() for d in orbit.dims}
     if probe is not None:
         coords.update(layer=list(probe.layers), stat=list(probe.stats))
-    stored: dict[str, tuple[tuple[str, ...], bool]] = {}
-    for kind in kinds:  # the per-sample arrays the input and target kinds store
-        for vname, dims in kind.stored.items():
-            stored[vname] = (tuple(dims), vname in kind.ragged)
     for name, a in arrays.items():
         if name in stored and name not in declared:
             dims, ragged = stored[name]

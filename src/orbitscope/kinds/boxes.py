@@ -159,61 +159,82 @@ def pad_boxes_dim(t: Tensor, n: int, value: float) -> Tensor:
 
 
 def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[float] | np.ndarray,
-               iou_threshold: float = 0.5) -> Boxes:
+               iou_threshold: float = 0.5, max_boxes: int | None = None) -> Boxes:
     """Consensus of detections over an orbit, in the canonical frame (NERO's detection consensus,
-    generalised to several objects): per sample, boxes from all elements are clustered greedily —
-    the highest-scoring unassigned box opens a cluster, and every element adds its best unassigned
-    box of the same label with IoU > ``iou_threshold`` with it — and each cluster becomes one box:
-    the weighted mean of its members' corners (weights: the elements' ``weights``, 0 for repeated
-    elements), labelled with the cluster's label, scored by the summed member weights × scores
-    divided by the total weight (a box found at every element with score s keeps s).
+    generalised to several objects and classes).
 
-    ``rows`` are element-major (row ``k·n_samples + b``), already mapped back by g⁻¹. Returns a
-    padded :class:`Boxes` (n_samples, M) sorted by fused score."""
-    w = np.asarray(weights, dtype=np.float64)
+    Per sample, the boxes of all elements with positive weight are clustered greedily: the
+    highest-scoring unassigned box opens a cluster, and every *other* element adds its unassigned
+    box with the highest IoU with the opener, if that IoU exceeds ``iou_threshold`` (any class:
+    an element that calls the object by another class still votes on where it is). Each cluster
+    becomes one box:
+
+    * corners: the mean of its members' corners, weighted by their elements' ``weights``;
+    * label: the **majority** class among its members (votes weighted by element weight; a tie
+      goes to the class with the larger summed score, then the opener's) — not NERO's truncated
+      mean of class ids;
+    * score: Σ weight × score over members / total weight, i.e. the mean score over the orbit
+      with 0 where an element missed the object (a box found at every element with score s
+      keeps s).
+
+    Args:
+        rows: element-major rows (row ``k·n_samples + b``), already mapped back by g⁻¹.
+        weights: per element, 0 for repeated elements (e.g. 360° after 0°).
+        max_boxes: stop after this many clusters per sample (None: until every box is assigned).
+
+    Returns:
+        A padded :class:`Boxes` (n_samples, M) sorted by fused score.
+    """
+    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    if w.shape != (n_elements,):
+        raise ValueError(f"weights must have one entry per element ({n_elements}), got shape {tuple(w.shape)}")
     total = float(w.sum())
+    n = rows.xyxy.shape[1]
+    xyxy = rows.xyxy.reshape(n_elements, n_samples, n, 4).double().cpu()
+    labels = rows.labels.reshape(n_elements, n_samples, n).cpu()
+    valid = rows.valid.reshape(n_elements, n_samples, n).cpu() & (w > 0)[:, None, None]
+    scores = (torch.ones(n_elements, n_samples, n, dtype=torch.float64) if rows.scores is None
+              else rows.scores.reshape(n_elements, n_samples, n).double().cpu())
+    element = torch.arange(n_elements)[:, None].expand(n_elements, n)
     out: list[tuple[Tensor, Tensor, Tensor]] = []
     for b in range(n_samples):
-        cand = []  # (element, box, label, score)
-        for k in range(n_elements):
-            if w[k] <= 0:
-                continue
-            r = k * n_samples + b
-            sc = rows.scores[r] if rows.scores is not None else torch.ones(rows.xyxy.shape[1])
-            for j in torch.nonzero(rows.valid[r]).flatten().tolist():
-                cand.append((k, rows.xyxy[r, j].double(), int(rows.labels[r, j]), float(sc[j])))
-        cand.sort(key=lambda c: -c[3])
-        used = [False] * len(cand)
-        fused = []
-        for i, (k0, box0, lab0, _) in enumerate(cand):
-            if used[i]:
-                continue
-            members = {k0: i}
-            used[i] = True
-            best: dict[int, tuple[float, int]] = {}
-            for j, (k, box, lab, _) in enumerate(cand):
-                if used[j] or lab != lab0 or k in members:
-                    continue
-                iou = float(box_iou(box0[None], box[None])[0, 0])
-                if iou > iou_threshold and (k not in best or iou > best[k][0]):
-                    best[k] = (iou, j)
-            for k, (_, j) in best.items():
-                members[k] = j
-                used[j] = True
-            mw = torch.tensor([w[k] for k in members], dtype=torch.float64)
-            boxes = torch.stack([cand[j][1] for j in members.values()])
-            scores = torch.tensor([cand[j][3] for j in members.values()], dtype=torch.float64)
-            fused.append(((boxes * mw[:, None]).sum(0) / mw.sum(), lab0, float((mw * scores).sum()) / total))
+        ok = valid[:, b]
+        order = torch.argsort(scores[:, b][ok], descending=True, stable=True)
+        box, lab, sc, el = (xyxy[:, b][ok][order], labels[:, b][ok][order], scores[:, b][ok][order],
+                            element[ok][order])
+        used = torch.zeros(len(box), dtype=torch.bool)
+        fused: list[tuple[Tensor, int, float]] = []
+        while not bool(used.all()) and (max_boxes is None or len(fused) < max_boxes):
+            opener = int(torch.nonzero(~used)[0])
+            iou = box_iou(box[opener][None], box)[0]
+            ok_j = ~used & (iou > iou_threshold) & (el != el[opener])
+            best = torch.full((n_elements,), -1.0, dtype=torch.float64).scatter_reduce(
+                0, el[ok_j], iou[ok_j], "amax", include_self=True)
+            pick = ok_j & (iou == best[el])  # each element's best box (the first of equal IoUs)
+            first = torch.full((n_elements,), len(box)).scatter_reduce(0, el[pick], torch.nonzero(pick)[:, 0],
+                                                                      "amin", include_self=True)
+            members = torch.cat([torch.tensor([opener]), first[first < len(box)]])
+            used[members] = True
+            mw = w[el[members]]
+            classes = lab[members]
+            votes = torch.zeros(int(classes.max()) + 1, dtype=torch.float64).index_add_(0, classes.clamp_min(0), mw)
+            mass = torch.zeros_like(votes).index_add_(0, classes.clamp_min(0), sc[members])
+            top = torch.nonzero(votes == votes.max())[:, 0]
+            top = top[mass[top] == mass[top].max()]
+            label = int(lab[opener]) if int(lab[opener]) in top.tolist() else int(top[0])
+            fused.append(((box[members] * mw[:, None]).sum(0) / mw.sum(), label,
+                          float((mw * sc[members]).sum()) / total))
         fused.sort(key=lambda f: -f[2])
         out.append((torch.stack([f[0] for f in fused]).float() if fused else torch.zeros(0, 4),
                     torch.tensor([f[1] for f in fused], dtype=torch.int64),
                     torch.tensor([f[2] for f in fused], dtype=torch.float32)))
     m = max((len(o[0]) for o in out), default=0)
-    xyxy, labels = torch.zeros(n_samples, m, 4), torch.full((n_samples, m), -1, dtype=torch.int64)
-    valid, scores = torch.zeros(n_samples, m, dtype=torch.bool), torch.full((n_samples, m), -torch.inf)
-    for i, (bx, lab, sc) in enumerate(out):
-        xyxy[i, : len(bx)], labels[i, : len(bx)], valid[i, : len(bx)], scores[i, : len(bx)] = bx, lab, True, sc
-    return Boxes(xyxy, labels, valid, scores)
+    xyxy_out, labels_out = torch.zeros(n_samples, m, 4), torch.full((n_samples, m), -1, dtype=torch.int64)
+    valid_out, scores_out = torch.zeros(n_samples, m, dtype=torch.bool), torch.full((n_samples, m), -torch.inf)
+    for i, (bx, lab_i, sc_i) in enumerate(out):
+        k = len(bx)
+        xyxy_out[i, :k], labels_out[i, :k], valid_out[i, :k], scores_out[i, :k] = bx, lab_i, True, sc_i
+    return Boxes(xyxy_out, labels_out, valid_out, scores_out)
 
 
 def read_detections(raw: Sequence[Any]) -> Boxes:

@@ -202,6 +202,16 @@ class Task:
     def consensus_name(self, name: str) -> str:
         return f"consensus_{name}"
 
+    #: per-sample arrays :meth:`store_consensus` adds to a consensus run: name -> dims after
+    #: ``sample`` (ragged: padded to the largest in the run, see the boxes kind)
+    consensus_stored: dict[str, tuple[str, ...]] = {}
+
+    def store_consensus(self, target: Any) -> dict[str, np.ndarray]:
+        """Per-sample arrays recording the consensus pseudo-target (in the canonical frame), as
+        declared by :attr:`consensus_stored`; none by default (a classifier's consensus is
+        recomputed from its stored probabilities)."""
+        return {}
+
     def consensus_measures(self) -> list[Variable]:
         """Further label-free variables an analysis derives from stored outputs (none by default)."""
         return []

@@ -22,6 +22,22 @@ IoU conventions, those of pycocotools):
 
 Dataset level (:func:`orbitscope.results.dataset_metrics`): ``ap50`` (AP@0.5) and ``map`` (COCO
 mAP@[.5:.95]) per orbit element, and ``nero_conf_iou``.
+
+For the views, ``top_boxes`` keeps the three top-scoring boxes of every row (in the frame the
+model saw: the view, for a window over context).
+
+Consensus (``evaluate(..., consensus=True)``, label-free, NERO's): every element's top
+``max_detections`` boxes are mapped back to the canonical frame by the inverse element and fused
+by :func:`orbitscope.kinds.fuse_boxes` (greedy clustering at IoU > 0.5 across elements, mean
+corners, majority class, score = mean score over the orbit with 0 where an element missed it).
+The fused boxes scoring at least ``consensus_score`` are the sample's consensus objects (at most
+``max_objects``); each element's consensus target is them moved by the element and clipped to
+the view, like the ground truth. Every labelled metric above is then also scored against it
+(``consensus_iou``, ``consensus_conf_iou``, ``consensus_precision``, …, and at dataset level
+``consensus_ap50`` and ``consensus_map``), and the consensus objects are stored per sample
+(``consensus_boxes``, ``consensus_labels``, ``consensus_scores``, canonical frame). A sample
+whose fused boxes all score below ``consensus_score`` has no consensus object: its consensus
+metrics are NaN (no target), as for an image with no object in view.
 """
 
 from __future__ import annotations
@@ -36,7 +52,7 @@ from torch import Tensor
 
 from ..errors import DataError, ModelError
 from ..group.elements import Transforms
-from ..kinds.boxes import Boxes, box_iou, pad_boxes_dim, read_detections
+from ..kinds.boxes import Boxes, box_iou, fuse_boxes, pad_boxes_dim, read_detections
 from .base import Task, register_task
 from .detection_metrics import IOU_THRESHOLDS, average_precision, match_detections
 from .variables import Variable
@@ -64,6 +80,14 @@ _DATASET = (
     Variable("nero_conf_iou", "float64", description="NERO's aggregate: mean(confidence) · mean(IoU)",
              kind="probability", label="mean confidence × mean IoU"),
 )
+_CONSENSUS_DATASET = (
+    Variable("consensus_ap50", "float64", description="AP at IoU 0.5 against the consensus objects",
+             kind="probability", needs_labels=False, label="AP@0.5 vs consensus"),
+    Variable("consensus_map", "float64", description="COCO mAP@[.5:.95] against the consensus objects",
+             kind="probability", needs_labels=False, label="mAP@[.5:.95] vs consensus"),
+)
+#: boxes kept per row for the views (``top_boxes``)
+TOP_BOXES = 3
 
 
 @register_task
@@ -77,16 +101,23 @@ class Detection(Task):
         max_objects: most ground-truth boxes per image (the width of the in-view state).
         input_kind: ``"window"`` (a field of view moving over a larger context image, NERO's
             setting; evaluate with ``view_size=(h, w)``) or ``"image"`` (the whole image moves).
+        consensus_score: fused boxes scoring at least this are consensus objects (see the module
+            docstring; the fused score is the mean score over the orbit, 0 where missed).
     """
 
     score_threshold: float = 0.5
     max_detections: int = 10
     max_objects: int = 16
     input_kind: str = "window"
+    consensus_score: float = 0.25
     kind: str = field(default="detection", init=False)
     target_kind = "boxes"
     output_kind = "boxes"
-    compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "confidence", "iou")
+    supports_consensus = True
+    compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "confidence", "iou",
+                     "consensus_labels", "consensus_gt_visible", "consensus_det_matched")
+    consensus_stored = {"consensus_boxes": ("consensus_object", "coord"), "consensus_labels": ("consensus_object",),
+                        "consensus_scores": ("consensus_object",)}
 
     def __post_init__(self) -> None:
         if not 0.0 <= float(self.score_threshold) <= 1.0:
@@ -95,17 +126,20 @@ class Detection(Task):
             raise ValueError("max_detections and max_objects must be at least 1")
         if self.input_kind not in ("window", "image"):
             raise ValueError(f"input_kind must be 'window' or 'image', got {self.input_kind!r}")
+        if not 0.0 < float(self.consensus_score) <= 1.0:
+            raise ValueError(f"consensus_score must be in (0, 1], got {self.consensus_score!r}")
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "Detection":
         return cls(score_threshold=float(spec.get("score_threshold", 0.5)),
                    max_detections=int(spec.get("max_detections", 10)), max_objects=int(spec.get("max_objects", 16)),
-                   input_kind=str(spec.get("input_kind", "window")))
+                   input_kind=str(spec.get("input_kind", "window")),
+                   consensus_score=float(spec.get("consensus_score", 0.25)))
 
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "score_threshold": float(self.score_threshold),
                 "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
-                "input_kind": self.input_kind}
+                "input_kind": self.input_kind, "consensus_score": float(self.consensus_score)}
 
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         k, m = ("detection",), ("gt",)
@@ -115,10 +149,40 @@ class Detection(Task):
                 Variable("det_labels", "int16", k, "classes of the top detections (-1 = none)", kind="state",
                          needs_labels=False),
                 Variable("det_matched", "uint16", k, "true positive at IoU 0.50, 0.55, …, 0.95 (bit i)", kind="state"),
-                Variable("gt_visible", "uint8", m, "ground-truth box in view (order of target_labels)", kind="state")]
+                Variable("gt_visible", "uint8", m, "ground-truth box in view (order of target_labels)", kind="state"),
+                Variable("top_boxes", "float32", ("top", "coord"), f"the {TOP_BOXES} top-scoring boxes, xyxy pixels "
+                         "of the model's frame (NaN = none)", kind="state", needs_labels=False)]
 
     def dataset_variables(self) -> list[Variable]:
-        return list(_DATASET)
+        return [*_DATASET, *_CONSENSUS_DATASET]
+
+    # -- consensus -----------------------------------------------------------------------------
+    def consensus_variables(self) -> list[Variable]:
+        """The labelled metrics against the consensus, and the states for consensus AP."""
+        states = [v.renamed(self.consensus_name(v.name), needs_labels=False,
+                            description=f"{v.description} (against the consensus objects)")
+                  for v in self.variables(0) if v.name in ("det_matched", "gt_visible")]
+        return [*super().consensus_variables(), *states]
+
+    def canonicalize(self, outputs: Boxes, g: Transforms, **context: Any) -> Boxes:
+        """The top ``max_detections`` boxes of every row mapped back by its inverse element."""
+        return super().canonicalize(outputs[:, : int(self.max_detections)], g, **context)
+
+    def consensus(self, canonical: Boxes, n_elements: int, n_samples: int, weights: np.ndarray) -> Boxes:
+        """Fused boxes scoring at least ``consensus_score`` (at most ``max_objects``)."""
+        fused = fuse_boxes(canonical, n_elements, n_samples, weights, max_boxes=2 * int(self.max_objects))
+        fused = fused[:, : int(self.max_objects)]
+        keep = fused.valid & (fused.scores >= float(self.consensus_score))
+        return Boxes(fused.xyxy, fused.labels, keep, fused.scores)
+
+    def store_consensus(self, target: Boxes) -> dict[str, np.ndarray]:
+        """The consensus objects per sample (canonical frame; padding NaN / -1)."""
+        width = int(target.valid.sum(1).max()) if len(target) and target.valid.numel() else 0
+        keep = target.valid[:, :width].cpu().numpy()  # kept boxes come first (sorted by score)
+        boxes = np.where(keep[..., None], target.xyxy[:, :width].cpu().numpy(), np.nan).astype(np.float32)
+        return {"consensus_boxes": boxes,
+                "consensus_labels": np.where(keep, target.labels[:, :width].cpu().numpy(), -1).astype(np.int64),
+                "consensus_scores": np.where(keep, target.scores[:, :width].cpu().numpy(), np.nan).astype(np.float32)}
 
     # -- outputs -------------------------------------------------------------------------------
     def read_outputs(self, raw: Any) -> Boxes:
@@ -183,30 +247,27 @@ class Detection(Task):
             "det_labels": labels.to(torch.int16),
             "det_matched": bits.to(torch.int32),
             "gt_visible": pad_boxes_dim(gt_valid.to(torch.uint8), int(self.max_objects), 0),
+            "top_boxes": pad_boxes_dim(torch.where(det[..., None], boxes, torch.nan), TOP_BOXES, torch.nan),
         }
 
     # -- dataset level -------------------------------------------------------------------------
     def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
-        """``ap50``, ``map`` and ``nero_conf_iou`` per orbit element from the per-sample states."""
-        need = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched")
+        """``ap50``, ``map`` and ``nero_conf_iou`` per orbit element from the per-sample states
+        (and ``consensus_ap50`` / ``consensus_map`` for a consensus run)."""
+        need = ("det_scores", "det_labels", "det_matched")
         if any(name not in states for name in need):
             return {}
         scores = np.asarray(states["det_scores"])
         s = scores.shape[0]
         orbit = scores.shape[1:1 + orbit_axes]
         e = int(np.prod(orbit))
-        scores = scores.reshape(s, e, -1)
-        labels = np.asarray(states["det_labels"]).reshape(s, e, -1).astype(np.int64)
-        bits = np.asarray(states["det_matched"]).reshape(s, e, -1).astype(np.int64)
-        matched = (bits[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
-        gt_labels = np.asarray(states["target_labels"]).reshape(s, -1)
-        visible = np.asarray(states["gt_visible"]).reshape(s, e, -1)
-        n = min(gt_labels.shape[1], visible.shape[2])
-        ap50, m_ap = np.full(e, np.nan), np.full(e, np.nan)
-        for i in range(e):
-            ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels[:, :n],
-                                                 visible[:, i, :n])
-        out = {"ap50": ap50.reshape(orbit), "map": m_ap.reshape(orbit)}
+        det = (scores.reshape(s, e, -1), np.asarray(states["det_labels"]).reshape(s, e, -1).astype(np.int64))
+        out: dict[str, np.ndarray] = {}
+        for prefix, labels_name in (("", "target_labels"), ("consensus_", "consensus_labels")):
+            names = (f"{prefix}det_matched", f"{prefix}gt_visible", labels_name)
+            if all(name in states for name in names):
+                ap50, m_ap = _ap_per_element(*det, *(np.asarray(states[name]) for name in names), s, e)
+                out[f"{prefix}ap50"], out[f"{prefix}map"] = ap50.reshape(orbit), m_ap.reshape(orbit)
         if "confidence" in states and "iou" in states:
             with np.errstate(invalid="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # elements with no object in view: NaN
@@ -214,3 +275,19 @@ class Detection(Task):
                 iou = np.asarray(states["iou"], dtype=np.float64).reshape(s, e)
                 out["nero_conf_iou"] = (np.nanmean(conf, 0) * np.nanmean(iou, 0)).reshape(orbit)
         return out
+
+
+def _ap_per_element(scores: np.ndarray, labels: np.ndarray, matched_bits: np.ndarray, visible: np.ndarray,
+                    gt_labels: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """AP@0.5 and mAP@[.5:.95] per element: ``scores``/``labels`` (s, e, K), the true-positive bits
+    (s, e, K), which ground truth is in view (s, e, N) and its classes (s, N)."""
+    bits = matched_bits.reshape(s, e, -1).astype(np.int64)
+    matched = (bits[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
+    gt_labels = gt_labels.reshape(s, -1)
+    visible = visible.reshape(s, e, -1)
+    n = min(gt_labels.shape[1], visible.shape[2])
+    ap50, m_ap = np.full(e, np.nan), np.full(e, np.nan)
+    for i in range(e):
+        ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels[:, :n],
+                                             visible[:, i, :n])
+    return ap50, m_ap
