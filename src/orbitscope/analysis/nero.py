@@ -34,6 +34,7 @@ __all__ = [
     "metric_label",
     "consensus_metrics",
     "class_subset",
+    "sample_classes",
     "check_same_samples",
     "prepare_aggregate",
     "prepare_individual",
@@ -167,11 +168,27 @@ def metric_label(results: OrbitResult | Sequence[OrbitResult], metric: str) -> s
     return first.meta(metric).display
 
 
+def sample_classes(result: OrbitResult) -> np.ndarray | None:
+    """Each sample's class for per-class subsets: the stored ``label`` (classification), else
+    the class of the key object, box 0 of ``target_labels`` (detection; -1 for an image without
+    boxes); None when the result stores neither."""
+    if "label" in result.data:
+        return np.asarray(result.data["label"].values)
+    if "target_labels" in result.data and result.data["target_labels"].ndim == 2:
+        labels = np.asarray(result.data["target_labels"].values)
+        if labels.shape[1] and "target_valid" in result.data:
+            return np.where(np.asarray(result.data["target_valid"].values)[:, 0] > 0, labels[:, 0], -1)
+        return labels[:, 0] if labels.shape[1] else np.full(len(labels), -1)
+    return None
+
+
 def class_subset(result: OrbitResult, cls: int) -> np.ndarray:
-    """Boolean mask of the samples whose label is ``cls`` (needs the stored ``label``)."""
-    if "label" not in result.data:
-        raise ValueError("this result has no stored labels; re-run the evaluation with orbitscope >= 0.1")
-    return np.asarray(result.data["label"].values == cls)
+    """Boolean mask of the samples of class ``cls`` (see :func:`sample_classes`)."""
+    classes = sample_classes(result)
+    if classes is None:
+        raise ValueError("this result has no stored labels (nor target boxes) to split by class; re-run the "
+                         "evaluation with orbitscope >= 0.1")
+    return np.asarray(classes == cls)
 
 
 def _labels(results: Sequence[OrbitResult], labels: Sequence[str] | None) -> list[str]:
@@ -251,8 +268,9 @@ def prepare_aggregate(
         mres = metric_result(res, metric)
         mask = class_subset(mres, subset) if isinstance(subset, (int, np.integer)) else subset
         if mask is not None and np.asarray(mask).dtype == bool and not np.asarray(mask).any():
+            present = sample_classes(mres)
             raise ValueError(f"the subset {subset!r} selects no samples (classes present: "
-                             f"{sorted(set(np.asarray(mres.data['label'].values).tolist())) if 'label' in mres.data else '?'})")
+                             f"{sorted(set(present.tolist())) if present is not None else '?'})")
         agg = aggregate(mres, metric, level=level, subset=mask)
         method = agg.attrs["method"]
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,

@@ -330,8 +330,7 @@ class WindowKind(ImageKind):
             raise ValueError("a window over context needs view_size=(h, w)")
         return warp_window(data, t, size, layout=layout, interpolation=interpolation, padding=padding)
 
-    def store(self, data: Tensor) -> dict[str, np.ndarray]:
-        return {}
+    # stored inputs (``store_inputs``) are the untransformed context images, as ImageKind stores
 
     def __repr__(self) -> str:
         return f"WindowKind(view_size={self.view_size})"

@@ -15,6 +15,8 @@ from .reference import (
     set_eval_mode,
 )
 from .registry import ARCHITECTURES, build_model, list_models, register_model
+from .torchvision_detectors import TORCHVISION_DETECTORS, torchvision_detector  # torchvision imported lazily
 
 __all__ = ["ARCHITECTURES", "CentreDetector", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
-           "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device"]
+           "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
+           "TORCHVISION_DETECTORS", "torchvision_detector"]

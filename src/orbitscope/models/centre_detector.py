@@ -24,8 +24,9 @@ __all__ = ["CentreDetector", "STRIDE"]
 STRIDE = 4
 
 
-def _block(cin: int, cout: int, stride: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+def _block(cin: int, cout: int, stride: int, dilation: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, dilation, dilation=dilation, bias=False), nn.BatchNorm2d(cout),
+                         nn.ReLU(inplace=True))
 
 
 class CentreDetector(nn.Module):
@@ -38,8 +39,9 @@ class CentreDetector(nn.Module):
                                        "max_detections": int(max_detections)}
         self.num_classes, self.max_detections = int(num_classes), int(max_detections)
         w = int(width)
+        # receptive field 73 px: 3×3 convs at strides 1, 2, 4, 4, then dilated by 2 and 4 at stride 4
         self.backbone = nn.Sequential(_block(in_channels, w, 1), _block(w, w, 2), _block(w, w, 2), _block(w, w, 1),
-                                      _block(w, w, 1))
+                                      _block(w, w, 1, dilation=2), _block(w, w, 1, dilation=4))
         self.heat = nn.Conv2d(w, num_classes, 1)
         self.offset = nn.Conv2d(w, 2, 1)
         self.size = nn.Conv2d(w, 2, 1)

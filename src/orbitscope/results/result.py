@@ -321,11 +321,14 @@ class OrbitResult:
         return aggregate(self, variable, level=level, subset=subset, by=by)
 
     def primary_metric(self) -> str:
-        """The variable views show by default: ``correct`` when recorded, else the task's first
-        metric (not a state), else the first variable over the orbit."""
+        """The variable views show by default: ``correct`` when recorded, else the task's
+        ``primary`` metric, else its first metric (not a state), else the first variable over the
+        orbit."""
         if "correct" in self.data:
             return "correct"
         task = self.task()
+        if task is not None and task.primary in self.data:  # e.g. detection: confidence × IoU
+            return task.primary
         for v in task.variables(0) if task is not None else []:
             if v.name in self.data and v.kind != "state":
                 return v.name

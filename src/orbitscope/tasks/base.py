@@ -77,6 +77,8 @@ class Task:
     and implement ``variables``, ``score`` and ``spec``."""
 
     kind: str = ""
+    #: the metric views and summaries show first (None: the first declared metric)
+    primary: str | None = None
     input_kind: str = "image"
     target_kind: str = "label"
     output_kind: str = "scores"
@@ -95,7 +97,7 @@ class Task:
 
     def consensus_metric_names(self) -> list[str]:
         """Names of the label-free variables derived from the consensus (scores and measures)."""
-        return [v.name for v in [*self.consensus_variables(), *self.consensus_measures()]]
+        return [v.name for v in [*self.consensus_variables(), *self.consensus_measures()] if v.kind != "state"]
 
     def spec(self) -> dict[str, Any]:
         """JSON-able description; part of every run's identity (``task_from_spec`` rebuilds it)."""

@@ -113,6 +113,7 @@ class Detection(Task):
     kind: str = field(default="detection", init=False)
     target_kind = "boxes"
     output_kind = "boxes"
+    primary = "conf_iou"
     supports_consensus = True
     compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "confidence", "iou",
                      "consensus_labels", "consensus_gt_visible", "consensus_det_matched")

@@ -30,7 +30,7 @@ from ..data.scenes import digit_scenes
 from ..models.centre_detector import STRIDE, CentreDetector
 from .recipes import derive_seed, load_or_train
 
-__all__ = ["DetectorRecipe", "detection_training_data", "train_detector", "cached_detector", "jitter_offsets",
+__all__ = ["DetectorRecipe", "detection_training_data", "train_detector", "cached_detector", "detector_cache_path", "jitter_offsets",
            "centre_targets", "detector_loss"]
 
 ProgressFn = Callable[[int, int, float], None]
@@ -176,8 +176,13 @@ def train_detector(recipe: DetectorRecipe, progress: ProgressFn | None = None) -
                    "first_loss": losses[0], "final_loss": float(np.mean(losses[-5:]))}
 
 
+def detector_cache_path(recipe: DetectorRecipe, cache_dir: str | os.PathLike[str]) -> Path:
+    """Where :func:`cached_detector` keeps the detector of ``recipe``."""
+    return Path(cache_dir) / f"{recipe.name}-{recipe.key()}.safetensors"
+
+
 def cached_detector(recipe: DetectorRecipe, cache_dir: str | os.PathLike[str],
                     progress: ProgressFn | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """The trained detector of ``recipe`` from ``cache_dir`` (trained and saved when absent)."""
-    path = Path(cache_dir) / f"{recipe.name}-{recipe.key()}.safetensors"
+    path = detector_cache_path(recipe, cache_dir)
     return load_or_train(path, recipe.key(), asdict(recipe), lambda: train_detector(recipe, progress))

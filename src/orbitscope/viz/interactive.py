@@ -95,11 +95,15 @@ def _heatmaps(data: NeroData) -> go.Figure:
     scale = colour_scale(data)  # shared by the models; reversed (low = bright) for errors, as NERO
     idx = data.marker_index()
     for i, s in enumerate(data.series, start=1):
+        band, custom = "", None
+        if s.lower is not None and s.upper is not None:  # the interval of every cell, in the hover
+            custom = np.stack([np.asarray(s.lower).T, np.asarray(s.upper).T], -1)
+            band = f"<br>{data.band_method or '95 % interval'} [%{{customdata[0]:.3f}}, %{{customdata[1]:.3f}}]"
         fig.add_trace(go.Heatmap(
             x=data.coords[xd], y=data.coords[yd], z=np.asarray(s.values).T, zmin=scale.lo, zmax=scale.hi,
-            colorscale="Viridis", reversescale=scale.reverse,
+            colorscale="Viridis", reversescale=scale.reverse, customdata=custom,
             showscale=i == n, colorbar=dict(title=data.metric_label), meta={"series": s.label, "role": "value"},
-            hovertemplate=f"{xd} %{{x}}<br>{yd} %{{y}}<br>{data.metric_label} %{{z:.3f}}<extra>{s.label}</extra>"),
+            hovertemplate=f"{xd} %{{x}}<br>{yd} %{{y}}<br>{data.metric_label} %{{z:.3f}}{band}<extra>{s.label}</extra>"),
             row=1, col=i)
         if idx is not None:
             fig.add_trace(go.Scatter(x=[data.coords[xd][idx[0]]], y=[data.coords[yd][idx[1]]], mode="markers",

@@ -117,10 +117,25 @@ def _line(data: NeroData) -> Figure:
 
 
 def _heatmaps(data: NeroData) -> Figure:
+    """One panel per model; with bands, a second row shows each cell's interval half-width."""
     n = len(data.series)
-    fig = Figure(figsize=(4.2 * n + 1.0, 4.0), layout="constrained")
-    axes = fig.subplots(1, n, squeeze=False)[0]
+    bands = all(s.lower is not None and s.upper is not None for s in data.series)
+    fig = Figure(figsize=(4.2 * n + 1.0, 7.6 if bands else 4.0), layout="constrained")
+    grid = fig.subplots(2 if bands else 1, n, squeeze=False)
+    axes = grid[0]
     xd, yd = data.dims
+    if bands:
+        half = [(np.asarray(s.upper) - np.asarray(s.lower)).T / 2 for s in data.series]
+        top = max(float(np.nanmax(h)) if np.isfinite(h).any() else 0.0 for h in half) or 1.0
+        for ax, s, h in zip(grid[1], data.series, half):
+            band_image = ax.pcolormesh(cell_edges(data.coords[xd]), cell_edges(data.coords[yd]), h, cmap="Greys",
+                                       vmin=0, vmax=top)
+            ax.set_xlabel(xd)
+            ax.set_ylabel(yd)
+            ax.set_title(f"{s.label}: interval half-width", fontsize=9)
+            if yd == "ty":
+                ax.invert_yaxis()
+        fig.colorbar(band_image, ax=list(grid[1]), label=f"± ({data.band_method or '95 % interval'})")
     scale = colour_scale(data)  # shared by the models; reversed (low = bright) for errors, as NERO
     image = None
     idx = data.marker_index()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,11 +25,12 @@ import numpy as np
 from PIL import Image
 
 from .interactive import figure_html, render_plotly
-from ..analysis.nero import check_same_samples, metric_label, prepare_aggregate, prepare_individual
+from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_samples, layout_kind, metric_label,
+                             prepare_aggregate, prepare_individual, sample_classes)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
 from .reduce_plots import scatter_plotly
-from ..results.result import OrbitResult
+from ..results.result import OrbitResult, dataset_metrics
 
 __all__ = ["write_report", "summary_rows", "non_equivariance", "REPORT_CSS"]
 
@@ -116,8 +118,13 @@ def _transformed_thumbnail(res: OrbitResult, sample: int, element: dict[str, flo
     task = res.task()
     kind = get_kind(task.input_kind if task is not None else "image")
     x = torch.from_numpy(res.data["input"].sel(sample=sample).values.astype(np.float32) / 255.0)[None]
-    out = kind.act(x, orbit.transforms()[[int(idx)]], layout="paired",
-                   interpolation=res.attrs.get("interpolation", "bilinear"), padding=res.attrs.get("padding", "zeros"))[0]
+    options: dict[str, Any] = {"interpolation": res.attrs.get("interpolation", "bilinear"),
+                               "padding": res.attrs.get("padding", "zeros")}
+    view = res.attrs.get("view_size")
+    if view is not None:  # a window over context: the field of view at that element
+        view = json.loads(view) if isinstance(view, str) else view
+        options["view_size"] = (int(view[0]), int(view[1]))
+    out = kind.act(x, orbit.transforms()[[int(idx)]], layout="paired", **options)[0]
     return _thumbnail(_first_image((out.numpy() * 255).round().astype(np.uint8)))
 
 
@@ -194,22 +201,32 @@ def write_report(
         parts.append(fig(render_plotly(prepare_aggregate(results, "consensus_agreement", labels=labels))))
     parts.append("</div>")
 
-    if headline == "correct" and all("label" in r.data for r in results):
-        classes = np.unique(results[0].data["label"].values)
-        parts.append(f"<h2>Per-class aggregate plots ({metric_label(results, 'correct')})</h2><div class='grid'>")
-        for c in classes:
-            parts.append(fig(render_plotly(prepare_aggregate(results, "correct", labels=labels, subset=int(c),
-                                                              title=f"class {int(c)}")), height=360))
+    classes = sample_classes(results[0])
+    if classes is not None and headline in ("correct", "conf_iou"):
+        present = [int(c) for c in np.unique(classes) if c >= 0]
+        parts.append(f"<h2>Per-class aggregate plots ({metric_label(results, headline)})</h2>"
+                     + ("" if headline == "correct" else "<p class='note'>by the class of each sample's key object "
+                        "(its first box)</p>") + "<div class='grid'>")
+        for c in present:
+            parts.append(fig(render_plotly(prepare_aggregate(results, headline, labels=labels, subset=c,
+                                                              title=f"class {c}")), height=360))
         parts.append("</div>")
 
-    parts.append(f"<h2>Dimension reduction ({method}) of per-sample orbit vectors of {metric_label(results, metric)}</h2>"
-                 "<div class='grid'>")
-    for res, lab in zip(results, labels):
-        emb = embed(res, metric, method=method, seed=seed)
-        colour = emb.rows_of(orbit_statistic(res, metric, "mean"))
-        sub = f" ({emb.n_samples:,} of {res.n_samples:,} samples, seeded subsample)" if emb.subsampled else ""
-        parts.append(fig(scatter_plotly(emb, colour, f"orbit mean of {metric}", f"{lab}: {emb.label}{sub}"), height=420))
-    parts.append("</div>")
+    parts.append(_dataset_section(results, labels, fig))
+    parts.append(_consensus_section(results, labels, headline, fig))
+
+    parts.append(f"<h2>Dimension reduction ({method}) of per-sample orbit vectors of {metric_label(results, metric)}</h2>")
+    if results[0].n_samples < 3:
+        parts.append(f"<p class='note'>needs at least 3 samples; this run has {results[0].n_samples}.</p>")
+    else:
+        parts.append("<div class='grid'>")
+        for res, lab in zip(results, labels):
+            emb = embed(res, metric, method=method, seed=seed)
+            colour = emb.rows_of(orbit_statistic(res, metric, "mean"))
+            sub = f" ({emb.n_samples:,} of {res.n_samples:,} samples, seeded subsample)" if emb.subsampled else ""
+            parts.append(fig(scatter_plotly(emb, colour, f"orbit mean of {metric}", f"{lab}: {emb.label}{sub}"),
+                             height=420))
+        parts.append("</div>")
 
     parts.append(_sensitive_section(results, labels, metric, n_samples, fig))
     parts.extend(extra_sections)
@@ -218,6 +235,37 @@ def write_report(
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(doc, encoding="utf-8")
     return p
+
+
+def _dataset_section(results: list[OrbitResult], labels: list[str], fig: Any) -> str:
+    """Dataset-level metrics per orbit element (the task's ``compute``, e.g. AP@0.5 for detection)."""
+    metrics = [dataset_metrics(r) for r in results]
+    names = [n for n in metrics[0].data_vars if all(n in m for m in metrics) and metrics[0][n].dims == results[0].orbit_dims]
+    if not names:
+        return ""
+    dims = results[0].orbit_dims
+    out = ["<h2>Dataset-level metrics</h2><p class='note'>computed over all samples at each orbit element (no "
+           "per-sample mean, so no band)</p><div class='grid'>"]
+    for name in names:
+        label = metrics[0][name].attrs.get("label") or name
+        series = [NeroSeries(lab, MODEL_COLOURS[i % len(MODEL_COLOURS)], np.asarray(m[name].values))
+                  for i, (m, lab) in enumerate(zip(metrics, labels))]
+        data = NeroData(kind=layout_kind(dims), scope="aggregate", metric=name, metric_label=str(label), dims=dims,
+                        coords={d: np.asarray(results[0].data.coords[d].values) for d in dims}, series=series,
+                        value_range=(0.0, 1.0), title=f"dataset-level: {label}")
+        out.append(fig(render_plotly(data), height=420))
+    out.append("</div>")
+    return "".join(out)
+
+
+def _consensus_section(results: list[OrbitResult], labels: list[str], headline: str, fig: Any) -> str:
+    """Label-free plots against the stored consensus (e.g. detection's fused boxes), when recorded."""
+    name = f"consensus_{headline}"
+    if headline == "correct" or not all(name in r.data for r in results):
+        return ""
+    return (f"<h2>Against the consensus (label-free)</h2><p class='note'>each element scored against the sample's "
+            f"consensus (NERO): self-consistency, not correctness.</p><div class='grid'>"
+            f"{fig(render_plotly(prepare_aggregate(results, name, labels=labels)))}</div>")
 
 
 def _sensitive_section(results: list[OrbitResult], labels: list[str], metric: str, n: int, fig: Any) -> str:
