@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test venv datasets browser bench clean
+.PHONY: demo test venv datasets browser photos bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,11 +40,23 @@ browser:
 	  fi; \
 	fi
 
-demo: $(STAMP) datasets
+# Real photos for the detection case study: OpenCV's example data (vtest.avi, messi5.jpg, ...)
+# from Debian's opencv-doc (needs root for apt).
+OPENCV_EXAMPLES := /usr/share/doc/opencv-doc/examples/data/vtest.avi
+photos:
+	@if [ ! -f $(OPENCV_EXAMPLES) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq opencv-doc; \
+	  else \
+	    echo "note: $(OPENCV_EXAMPLES) missing; run 'sudo apt-get install opencv-doc' (the demo's real photos and their tests will be skipped)"; \
+	  fi; \
+	fi
+
+demo: $(STAMP) datasets photos
 	$(BIN)/orbitscope demo
 	@echo "open the interactive interface on the demo's runs: $(BIN)/orbitscope serve   (then http://127.0.0.1:8050/)"
 
-test: $(STAMP) datasets browser
+test: $(STAMP) datasets browser photos
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP) datasets

@@ -8,59 +8,34 @@ Every check compares what the page shows with numbers computed here from the sto
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pytest
 
-from orbitscope.app import create_app, make_server
 from orbitscope.analysis.ranking import rank_samples
 from orbitscope.results.store import Store
 
+from browser import chromium_page, needs_chromium, served as served_app, slot
 from test_app_callbacks import ANGLES, build_store
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium "
-                                "(make test installs it as root: apt-get install -y chromium)")
-TIMEOUT_MS = 30_000
-
-
-def _slot(kind: str, i: int) -> str:
-    return "[id='" + json.dumps({"index": i, "type": kind}, separators=(",", ":")) + "']"
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, dict[str, str]]]:
     home = tmp_path_factory.mktemp("browser-store")
     ids = build_store(home)
-    server = make_server(create_app(home), "127.0.0.1", 0)  # port 0: a free loopback port
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/", home, ids
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
+    with served_app(home) as url:
+        yield url, home, ids
 
 
 @pytest.fixture()
 def page(served: Any, tmp_path: Path) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"])
-        pg = browser.new_page(viewport={"width": 1500, "height": 1200})
-        pg.set_default_timeout(TIMEOUT_MS)
-        pg.server_errors = []  # type: ignore[attr-defined]
-        pg.on("response", lambda r: r.status >= 500 and pg.server_errors.append(f"{r.status} {r.url}"))
-        try:
-            yield pg
-        finally:
-            browser.close()
+    with chromium_page() as pg:
+        yield pg
 
 
 def _shot(pg: Any, folder: Path, name: str) -> None:
@@ -113,11 +88,11 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     page.goto(url)
     first = _selected_sample(page)
     assert first == rankings[0].sample[0]  # the worst sample of the first model
-    _wait_text(page, _slot("rank-label", 0), r"^1/60$")
+    _wait_text(page, slot("rank-label", 0), r"^1/60$")
     _shot(page, shots, "1-loaded")
 
     # click an isolated point of the first scatter: that sample is selected everywhere
-    boxes = _point_boxes(page, _slot("scatter", 0))
+    boxes = _point_boxes(page, slot("scatter", 0))
     xy = np.array([[b["x"], b["y"]] for b in boxes])
     dist = np.linalg.norm(xy[:, None] - xy[None], axis=-1) + np.eye(len(xy)) * 1e9
     dist[first] = 0  # not the current sample
@@ -126,25 +101,25 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     _wait_text(page, "#detail-title", rf"^sample {target} · label {int(ref.label.sel(sample=target))}")
     assert f"sample {target}:" in _individual_title(page)
     k = rankings[0].rank_of(target)
-    _wait_text(page, _slot("rank-label", 0), rf"^{k}/60$")
-    _wait_text(page, _slot("rank-label", 1), rf"^{rankings[1].rank_of(target)}/60$")  # linked slider
+    _wait_text(page, slot("rank-label", 0), rf"^{k}/60$")
+    _wait_text(page, slot("rank-label", 1), rf"^{rankings[1].rank_of(target)}/60$")  # linked slider
     _shot(page, shots, "2-scatter-click")
 
     # next ▶ on the first slider: the next sample of its ranking; the other slider follows
-    page.click(_slot("next", 0))
+    page.click(slot("next", 0))
     nxt = int(rankings[0].sample[k]) if k < 60 else target
     _wait_text(page, "#detail-title", rf"^sample {nxt} ")
-    _wait_text(page, _slot("rank-label", 1), rf"^{rankings[1].rank_of(nxt)}/60$")
+    _wait_text(page, slot("rank-label", 1), rf"^{rankings[1].rank_of(nxt)}/60$")
 
     # move the second slider with the mouse: whatever rank it lands on, everything agrees
     before = rankings[1].rank_of(nxt)
-    track = page.locator(_slot("rank", 1) + " .dash-slider-track").bounding_box()
+    track = page.locator(slot("rank", 1) + " .dash-slider-track").bounding_box()
     page.mouse.click(track["x"] + (0.2 if before > 30 else 0.8) * track["width"], track["y"] + track["height"] / 2)
-    k1 = int(_wait_text(page, _slot("rank-label", 1), rf"^(?!{before}/)\d+/60$").split("/")[0])
+    k1 = int(_wait_text(page, slot("rank-label", 1), rf"^(?!{before}/)\d+/60$").split("/")[0])
     assert abs(k1 - before) > 10
     moved = int(rankings[1].sample[k1 - 1])
     _wait_text(page, "#detail-title", rf"^sample {moved} ")
-    _wait_text(page, _slot("rank-label", 0), rf"^{rankings[0].rank_of(moved)}/60$")
+    _wait_text(page, slot("rank-label", 0), rf"^{rankings[0].rank_of(moved)}/60$")
     _shot(page, shots, "3-sliders")
 
     # click an element of the individual NERO plot: the point of either curve furthest from all
@@ -164,7 +139,7 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     _shot(page, shots, "4-element")
 
     # live re-evaluation at an angle between grid points, by dragging the live slider
-    live = page.locator(_slot("live", 0) + " .dash-slider-track").bounding_box()
+    live = page.locator(slot("live", 0) + " .dash-slider-track").bounding_box()
     page.mouse.click(live["x"] + 0.13 * live["width"], live["y"] + live["height"] / 2)
     text = _wait_text(page, "#live-title", rf"angle (?!{angle:g}°)\d+°$")
     assert int(text.split()[-1][:-1]) % 30, "the live slider picks angles between the grid's"
@@ -177,11 +152,11 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     page.locator("[role=option]", has_text="centroid").click()
     page.locator("[role=option]", has_text="tiny").click()
     page.keyboard.press("Escape")
-    _wait_text(page, _slot("panel-title", 1), r"^tiny$")
+    _wait_text(page, slot("panel-title", 1), r"^tiny$")
     page.wait_for_function("() => document.querySelector('#aggregate .js-plotly-plot').data"
                            ".some(t => t.name === 'tiny')")
     tiny = rank_samples(store.load(ids["tiny"]), "confidence", "worst")
-    _wait_text(page, _slot("rank-label", 1), rf"^{tiny.rank_of(_selected_sample(page))}/60$")
+    _wait_text(page, slot("rank-label", 1), rf"^{tiny.rank_of(_selected_sample(page))}/60$")
     _shot(page, shots, "6-switched")
     assert not page.server_errors  # type: ignore[attr-defined]
     assert len(list(shots.glob("*.png"))) == 6

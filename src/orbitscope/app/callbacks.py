@@ -99,7 +99,7 @@ def metric_controls(data: AppData, group_key: Any, runs: Sequence[str], label_fr
             return [], None, None
         options = view.metric_options(results, label_free)
         if label_free and not view.label_free_available(results):
-            return [], None, "label-free mode needs stored class probabilities (evaluate with --probabilities)"
+            return [], None, view.label_free_unavailable(results)
     except AppError as exc:
         return [], None, str(exc)
     values = [v for v, _ in options]

@@ -280,8 +280,7 @@ class AppData:
         view = view_for(group.task_kind)
         plain = [self.result(r) for r in sel.runs]
         if sel.label_free and not view.label_free_available(plain):
-            raise AppError("label-free mode needs stored class probabilities for every selected model "
-                           "(evaluate with --probabilities)")
+            raise AppError(view.label_free_unavailable(plain))
         if not sel.metric:
             raise AppError("select a metric")
         consensus = view.needs_consensus(sel.metric, sel.label_free)

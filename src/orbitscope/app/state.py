@@ -447,8 +447,8 @@ def _mark_key(value: float) -> float | int:
 
 def live_dims(orbit: Orbit) -> list[LiveDim]:
     """One live control per orbit dim, in dim order. Dims of factors that can be rebuilt at any
-    value (angles, scales, shifts …) are continuous: angles step by 1°, other dims by 1/100 of
-    their range. The others (:func:`discrete_dims`) choose among the sampled values."""
+    value (angles, scales, shifts …) are continuous: angles step by 1°, shifts over 10 px or more
+    by 1 px, other dims by 1/100 of their range. The others (:func:`discrete_dims`) choose among the sampled values."""
     out = []
     for factor in _factors(orbit):
         free = _rebuildable(factor)
@@ -456,7 +456,8 @@ def live_dims(orbit: Orbit) -> list[LiveDim]:
             grid = np.asarray(factor.coords[dim], dtype=np.float64)
             low, high = float(grid.min()), float(grid.max())
             if free:
-                step = 1.0 if dim == "angle" else (high - low) / 100 if high > low else 1.0
+                pixels = dim in ("tx", "ty") and high - low >= 10  # whole pixels on a wide shift range
+                step = 1.0 if dim == "angle" or pixels else (high - low) / 100 if high > low else 1.0
                 out.append(LiveDim(dim, low, high, float(f"{step:.3g}")))
                 continue
             values = np.unique(grid)

@@ -137,15 +137,17 @@ def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, k
     return Detection(score_threshold=score_threshold), dataset, (view_size, view_size)
 
 
-def _print_rows(rows: list[dict[str, Any]]) -> None:
-    """A table of summary rows (dicts with the same keys), numbers to 3 decimals."""
+def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "elements")) -> None:
+    """A table of summary rows (dicts with the same keys), numbers to 3 decimals; headers shortened
+    (``consensus_`` → ``c.``, ``conf_iou`` → ``conf×IoU``; the CSV keeps the full names)."""
     if not rows:
         return
     table = Table()
-    for col in rows[0]:
-        table.add_column(col, overflow="fold")
+    cols = [c for c in rows[0] if c not in skip]
+    for col in cols:
+        table.add_column(col.replace("consensus_", "c.").replace("conf_iou", "conf×IoU"), overflow="fold")
     for row in rows:
-        table.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()])
+        table.add_row(*[f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols])
     console.print(table)
 
 

@@ -89,7 +89,7 @@ def _nan_stats(a: np.ndarray) -> tuple[float, float]:
 def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -> list[dict[str, Any]]:
     """Per model: ``metric``'s sample mean at every element, then its orbit mean, its value at the
     identity (the centred view) and its worst element; AP@0.5 likewise (or its consensus
-    version for ``consensus_*`` metrics), and NERO's own aggregate mean(conf)·mean(IoU)."""
+    version for ``consensus_*`` metrics), and the orbit mean of NERO's own aggregate mean(conf)·mean(IoU)."""
     rows = []
     prefix = "consensus_" if metric.startswith("consensus_") else ""
     for run, name in zip(runs, names):
@@ -108,7 +108,7 @@ def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -
                         f"{prefix}AP@0.5 centre": round(float(ap.values[identity]), 4),
                         f"{prefix}AP@0.5 worst": round(ap_worst, 4)})
         if not prefix and "nero_conf_iou" in dm:
-            row["NERO mean(conf)·mean(IoU), orbit mean"] = round(_nan_stats(dm["nero_conf_iou"].values)[0], 4)
+            row["NERO mean(conf)·mean(IoU)"] = round(_nan_stats(dm["nero_conf_iou"].values)[0], 4)
         row["run"] = run.run_id
         rows.append(row)
     return rows

@@ -322,12 +322,16 @@ class OrbitResult:
 
     def primary_metric(self) -> str:
         """The variable views show by default: ``correct`` when recorded, else the task's
-        ``primary`` metric, else its first metric (not a state), else the first variable over the
+        ``primary`` metric (its consensus version when the primary is undefined everywhere, as on
+        unlabelled data), else its first metric (not a state), else the first variable over the
         orbit."""
         if "correct" in self.data:
             return "correct"
         task = self.task()
         if task is not None and task.primary in self.data:  # e.g. detection: confidence × IoU
+            label_free = task.consensus_name(task.primary)
+            if label_free in self.data and not np.isfinite(self.aggregate(task.primary)["mean"].values).any():
+                return label_free  # unlabelled data (no metric defined anywhere): its consensus version
             return task.primary
         for v in task.variables(0) if task is not None else []:
             if v.name in self.data and v.kind != "state":
@@ -357,13 +361,17 @@ class OrbitResult:
             return {d: float(self.data.coords[d].values[j]) for d, j in zip(dims, idx)}
 
         ident = self.data.attrs.get("identity_index")
+        at_identity = float(flat[int(ident)]) if ident not in (None, -1) else None
+        if not np.isfinite(flat).any():  # e.g. a labelled metric of unlabelled data: undefined everywhere
+            return {"variable": variable, "n_samples": self.n_samples, "at_identity": at_identity, "mean": float("nan"),
+                    "worst": float("nan"), "worst_at": {}, "best": float("nan"), "best_at": {}}
         worst, best = int(np.nanargmin(flat)), int(np.nanargmax(flat))
         if self.meta(variable).lower_is_better:
             worst, best = best, worst
         return {
             "variable": variable,
             "n_samples": self.n_samples,
-            "at_identity": float(flat[int(ident)]) if ident not in (None, -1) else None,
+            "at_identity": at_identity,
             "mean": float(np.nanmean(flat)),
             "worst": float(flat[worst]),
             "worst_at": coords_at(worst),

@@ -44,9 +44,9 @@ class DetectorRecipe:
     jitter: float = 0.0
     view: int = 64
     max_shift: int = 32
-    scenes: int = 2400
+    scenes: int = 4800
     scene_size: int = 192
-    epochs: int = 10
+    epochs: int = 8
     batch_size: int = 32
     lr: float = 2e-3
     width: int = 32

@@ -126,6 +126,7 @@ def _heatmaps(data: NeroData) -> Figure:
     xd, yd = data.dims
     if bands:
         half = [(np.asarray(s.upper) - np.asarray(s.lower)).T / 2 for s in data.series]
+        half = [np.where(np.isfinite(h), h, np.nan) for h in half]  # one sample: no interval (blank)
         top = max(float(np.nanmax(h)) if np.isfinite(h).any() else 0.0 for h in half) or 1.0
         for ax, s, h in zip(grid[1], data.series, half):
             band_image = ax.pcolormesh(cell_edges(data.coords[xd]), cell_edges(data.coords[yd]), h, cmap="Greys",

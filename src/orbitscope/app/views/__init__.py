@@ -6,8 +6,9 @@ dims. A :class:`TaskView` supplies what does depend on the task: which metrics e
 is better, how samples split into subsets (classes, flow types …), whether label-free mode is
 possible, and the detail panel (the transformed input and the model outputs at the selected
 element, and live re-evaluation at any element). Classification is implemented in
-:mod:`.classification`; detection heat maps, the PIV 4×4 mosaic and point-cloud disks plug in
-the same way with :func:`register_view`.
+:mod:`.classification`, detection (boxes over the context image at each shift) in
+:mod:`.detection`; the PIV 4×4 mosaic and point-cloud disks plug in the same way with
+:func:`register_view`.
 
 Views live in the registry :data:`VIEWS` (task kind -> view class). :func:`view_for` looks a run's
 ``task["kind"]`` up there and falls back to the generic :class:`TaskView` for kinds without a
@@ -85,6 +86,11 @@ class TaskView:
     def label_free_available(self, results: Sequence[OrbitResult]) -> bool:
         return False
 
+    def label_free_unavailable(self, results: Sequence[OrbitResult]) -> str:
+        """Why label-free mode is off for ``results`` (shown when :meth:`label_free_available`
+        is False)."""
+        return "label-free mode needs stored class probabilities for every selected model (evaluate with --probabilities)"
+
     def subset_options(self, results: Sequence[OrbitResult]) -> list[tuple[str, int]]:
         """``(label, value)`` of the sample subsets (e.g. classes); empty: no subsets."""
         return []
@@ -155,4 +161,4 @@ def view_for(task_kind: str | None) -> TaskView:
     return TaskView()
 
 
-from . import classification  # noqa: E402,F401  (registers the built-in view; needs the names above)
+from . import classification, detection  # noqa: E402,F401  (register the built-in views; need the names above)

@@ -1,0 +1,55 @@
+"""Shared pieces of the browser tests: the interface served on loopback and a Chromium page
+(Playwright for Python driving Debian's ``/usr/bin/chromium``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from orbitscope.app import create_app, make_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+#: skip marker for modules that need Chromium (``make test`` installs it as root)
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at "
+                                    "/usr/bin/chromium (make test installs it as root: apt-get install -y chromium)")
+TIMEOUT_MS = 30_000
+
+
+def slot(kind: str, i: int) -> str:
+    """CSS selector of a Dash pattern-matching component ``{"index": i, "type": kind}``."""
+    return "[id='" + json.dumps({"index": i, "type": kind}, separators=(",", ":")) + "']"
+
+
+@contextmanager
+def served(home: Path) -> Iterator[str]:
+    """The interface on the store at ``home``, on a free loopback port; yields its URL."""
+    server = make_server(create_app(home), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+@contextmanager
+def chromium_page() -> Iterator[Any]:
+    """A headless Chromium page (1500 × 1200) that records HTTP 5xx answers in ``server_errors``."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"])
+        pg = browser.new_page(viewport={"width": 1500, "height": 1200})
+        pg.set_default_timeout(TIMEOUT_MS)
+        pg.server_errors = []
+        pg.on("response", lambda r: r.status >= 500 and pg.server_errors.append(f"{r.status} {r.url}"))
+        try:
+            yield pg
+        finally:
+            browser.close()
