@@ -143,12 +143,17 @@ def test_polar_plot_contents():
 def test_heatmap_and_line_plots(tmp_path):
     results = _two_results(osc.Product(osc.Rotation([0, 90, 180]), osc.Scale([0.8, 1.0])))
     fig = nero_plot(results, "confidence")
-    assert len(fig.axes) == 3  # two heatmaps and one shared colour bar
-    meshes = [c for ax in fig.axes[:2] for c in ax.collections if isinstance(c, QuadMesh)]
-    assert len(meshes) == 2
+    # two heatmaps, under them their interval half-widths, and two colour bars
+    assert len(fig.axes) == 6
+    meshes = [c for ax in fig.axes[:4] for c in ax.collections if isinstance(c, QuadMesh)]
+    assert len(meshes) == 4
     expected = results[0].confidence.values.mean(axis=0).T  # x = angle, y = scale
     np.testing.assert_allclose(np.asarray(meshes[0].get_array()).reshape(expected.shape), expected, rtol=1e-6)
     assert meshes[0].get_clim() == (0.0, 1.0)
+    agg = results[0].aggregate("confidence")
+    half = ((agg["upper"] - agg["lower"]) / 2).values.T
+    np.testing.assert_allclose(np.asarray(meshes[2].get_array()).reshape(half.shape), half, rtol=1e-6)
+    assert len(nero_plot(results, "confidence", band=False).axes) == 3  # no bands: one row, one colour bar
     line = nero_plot(_two_results(osc.Brightness([0.5, 1.0, 1.5])), "correct")
     assert len(line.axes[0].get_lines()) == 2
     for ext in ("png", "pdf", "svg"):

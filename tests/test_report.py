@@ -55,8 +55,10 @@ def test_report_is_self_contained_and_complete(store_runs, tmp_path):
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"<script[^>]+src=", text), "no external scripts: the report must work offline"
     assert text.count("plotly.js v") == 1  # the library is embedded once
-    # 3 aggregate plots (accuracy, confidence, consensus) + 10 classes + 2 embeddings + 5 samples
-    assert text.count('class="plotly-graph-div"') == 3 + 10 + 2 + 5
+    # 3 aggregate plots (accuracy, confidence, consensus) + 10 classes + 1 dataset-level (class-mean
+    # accuracy) + 2 embeddings + 5 samples
+    assert text.count('class="plotly-graph-div"') == 3 + 10 + 1 + 2 + 5
+    assert "Dataset-level metrics" in text and "class-mean accuracy" in text
     assert text.count("<img") == 2 * 5  # input and transformed input per sensitive sample
     # the most orbit-sensitive samples: largest std of confidence over both models, computed here
     stds = np.max([r.result.confidence.values.std(axis=1) for r in runs], axis=0)

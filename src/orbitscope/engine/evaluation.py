@@ -460,4 +460,5 @@ def _versions() -> dict[str, str]:
             out[pkg] = version(pkg)
         except PackageNotFoundError:  # pragma: no cover
             out[pkg] = "unknown"
+    out["torch"] = torch.__version__  # with its build tag (e.g. +cpu, +cu130), which the wheel's metadata may omit
     return out
