@@ -138,7 +138,8 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
         t0 = time.perf_counter()
         say(f"evaluating {name} on {len(test)} key objects × {orbit.size} shifts")
         runs.append(evaluate(model, test, orbit, Detection(), view_size=(r.view, r.view), consensus=True,
-                             store_inputs=True, store=store, name=name, model_name=name, progress=progress))
+                             store_inputs=True, store=store, name=name, model_name=name, optimize=True,
+                             progress=progress))
         demo.seconds[f"evaluate {name}"] = time.perf_counter() - t0
     demo.runs["scenes"] = runs
     demo.files.update(_write_scene_outputs(runs, names, out / "scenes"))

@@ -68,6 +68,14 @@ def _model_identity(model: nn.Module) -> tuple[str, str]:
     return h, f"{type(model).__name__}-{h}"
 
 
+def _model_input_numel(source: DataSource, view_size: tuple[int, int] | None) -> int | None:
+    """Values per model input: the input's, or for a window over context the view's (C·h·w)."""
+    shape = source.input_shape()
+    if view_size is None or shape is None or len(shape) < 3:
+        return source.input_numel()
+    return int(np.prod(shape[:-2], dtype=np.int64)) * int(view_size[0]) * int(view_size[1])
+
+
 def forward_batch_for(forward_batch: int, memory_budget_mb: float, input_numel: int | None) -> int:
     """Transformed inputs per model call: ``forward_batch`` capped so that activations of at most
     64× the input size per input fit in ``memory_budget_mb``."""
@@ -329,7 +337,7 @@ def evaluate(
                 st.delete_run(run_id)
             st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
         name = name or f"{model_name}-{orbit.kind}"
-        fb = forward_batch_for(forward_batch, memory_budget_mb, source.input_numel())
+        fb = forward_batch_for(forward_batch, memory_budget_mb, _model_input_numel(source, view_size))
         options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
         if view_size is not None:
             options["view_size"] = (int(view_size[0]), int(view_size[1]))

@@ -124,19 +124,21 @@ class DataSource:
             return None
         return self.dataset[0]  # type: ignore[index]
 
+    def input_shape(self) -> tuple[int, ...] | None:
+        """Shape of one input (e.g. (C, H, W)), probed once from the first item; None for loaders."""
+        if not hasattr(self, "_shape"):
+            item = self.first_item()
+            first = item[0] if isinstance(item, (tuple, list)) and item else None
+            try:
+                self._shape = tuple(torch.as_tensor(first).shape) if first is not None else None
+            except (TypeError, ValueError, RuntimeError):
+                self._shape = None
+        return self._shape
+
     def input_numel(self) -> int | None:
         """Values per input (e.g. C·H·W), probed once from the first item; None for loaders."""
-        if not hasattr(self, "_numel"):
-            item = self.first_item()
-            if item is None:
-                self._numel = None
-            else:
-                first = item[0] if isinstance(item, (tuple, list)) and item else None
-                try:
-                    self._numel = int(torch.as_tensor(first).numel()) if first is not None else None
-                except (TypeError, ValueError, RuntimeError):
-                    self._numel = None
-        return self._numel
+        shape = self.input_shape()
+        return None if shape is None else int(np.prod(shape, dtype=np.int64))
 
     def _collate(self, items: list[Any]) -> tuple[Any, Any]:
         if self.collate is not None:

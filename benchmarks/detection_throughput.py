@@ -1,0 +1,325 @@
+"""Detection-orbit throughput, measured side by side in one run.
+
+NERO's detection orbit: a 128 × 128 field of view moved over a 256 × 256 key-object context so
+that the object shifts by (tx, ty) in {-64, ..., 60} step 4 (32 × 32 = 1,024 windows per
+context, ``window-shift:-64:60:4``). Same model and same contexts for every path:
+
+  (a) ours: ``osc.evaluate(model, data, orbit, osc.Detection(), view_size=(128, 128))``, in memory
+      (``store=None``) and, reported separately, into a fresh temporary store directory and with
+      ``optimize=True`` (BatchNorm folded, channels_last);
+  (b) the floor: the plain model forward alone, on the windows cropped beforehand (not timed), in
+      batches composed and sized exactly as evaluate's model calls are (its default
+      ``forward_batch`` capped by its default ``memory_budget_mb``; elements per warp call ×
+      samples per chunk), outputs discarded; also in channels_last memory format;
+  (c) a naive NERO-style loop: for each context and shift, numpy-slice the window out of the
+      uint8 HWC image, convert it to a float tensor (ToTensor style), run the model on that one
+      window (batch 1), take the top box and compute its IoU with the moved, clipped ground
+      truth in plain Python; one model call per window.
+
+Paths run in interleaved rounds (a, a-store, a-optimize, b, b-channels-last, c, a, ...); windows/s is reported
+as the best round, the median and the spread (min-max) over rounds. Defaults (1 context, 5
+rounds) are sized for a run of about 3-5 minutes on 2 shared CPU cores: one context-round is
+1,024 windows per path, ~35 s for all four paths on quiet cores, several times that when other
+processes load them; many short rounds give every path more chances at a quiet slot than a few
+long ones. ``--samples 8 --rounds 3`` is the larger setting (about 8x the time per round).
+Once, untimed, the top-box confidence and IoU of (a) and (c) are compared per context and shift
+(tolerance 1e-4), from the first round's outputs.
+
+Model: our CentreDetector (10 classes, width 32) with seeded random weights (torch.manual_seed),
+untrained, eval mode; its size head's bias is set to log 12 cells (boxes of about 48 px) so that
+the untrained model's top boxes overlap the ground truth often enough for the IoU comparison to
+mean something (timing is unaffected). (b) and (c) run under torch.inference_mode (evaluate uses
+it itself). Data: key-object contexts (view 128, max_shift 64, box 10-50 % of the view) of the
+built-in digit scenes (test digits, scene seed 1, 300-px scenes, digits 51-96 px), as
+orbitscope.training.detection builds them.
+
+Usage: python benchmarks/detection_throughput.py [--samples 1] [--rounds 5] [--seed 0] [--threads N]
+       [--out benchmarks/results/detection_throughput.txt]   (--out '' prints only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import inspect
+import math
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import orbitscope as osc
+from orbitscope.data import key_object_contexts
+from orbitscope.data.coco import DetectionSet
+from orbitscope.data.scenes import digit_scenes
+from orbitscope.engine.evaluation import forward_batch_for
+from orbitscope.models.centre_detector import CentreDetector
+
+VIEW, MAX_SHIFT = 128, 64
+ORBIT = "window-shift:-64:60:4"
+
+_lines: list[str] = []
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+    _lines.append(text)
+
+
+# -- inputs ------------------------------------------------------------------------------------
+def make_contexts(n: int, seed: int = 1) -> DetectionSet:
+    """``n`` key-object contexts (256 × 256) of digit scenes; more scenes are drawn until enough qualify."""
+    scenes = 25 * n + 50
+    while True:
+        data = digit_scenes(scenes, size=300, scale=(VIEW * 2 // 5, VIEW * 3 // 4), seed=seed, split="test")
+        ctx = key_object_contexts(data, view=VIEW, max_shift=MAX_SHIFT, area=(0.10, 0.50), limit=n)
+        if len(ctx) >= n:
+            return ctx
+        scenes *= 2
+
+
+def make_model(seed: int) -> CentreDetector:
+    torch.manual_seed(seed)
+    model = CentreDetector(num_classes=10, width=32)
+    with torch.no_grad():
+        model.size.bias.fill_(math.log(12.0))  # boxes of ~12 cells = 48 px (see the module docstring)
+    return model.eval()
+
+
+def evaluate_batches(n_samples: int, n_elements: int, input_numel: int) -> tuple[int, list[list[tuple[int, int]]]]:
+    """evaluate's model calls with its default settings: (forward_batch after the memory cap, the
+    (element, sample) rows of each call, in order). Mirrors engine.chunk.evaluate_chunk and
+    ModelCall: chunks of ``batch_size`` samples, ``forward_batch // b`` elements per warp call
+    (rows element-major), each warp call's rows sliced by ``forward_batch``."""
+    params = inspect.signature(osc.evaluate).parameters
+    fb = forward_batch_for(params["forward_batch"].default, params["memory_budget_mb"].default, input_numel)
+    chunk = params["batch_size"].default
+    calls = []
+    for s0 in range(0, n_samples, chunk):
+        samples = range(s0, min(n_samples, s0 + chunk))
+        per_call = max(1, fb // len(samples))
+        for k0 in range(0, n_elements, per_call):
+            rows = [(k, i) for k in range(k0, min(n_elements, k0 + per_call)) for i in samples]
+            calls.extend(rows[r:r + fb] for r in range(0, len(rows), fb))
+    return fb, calls
+
+
+# -- the three paths ---------------------------------------------------------------------------
+def ours(model, data, orbit, store: bool, optimize: bool = False):
+    """(a): windows/s of evaluate end to end (in memory, or into a fresh store directory; with
+    ``optimize``: BatchNorm folded into the convolutions and channels_last)."""
+    with tempfile.TemporaryDirectory() as home:
+        t0 = time.perf_counter()
+        run = osc.evaluate(model, data, orbit, osc.Detection(), view_size=(VIEW, VIEW), store=home if store else None,
+                           optimize=optimize)
+        elapsed = time.perf_counter() - t0
+        res = run.result  # read the values while the store exists (untimed; a stored result is lazy)
+        values = {name: np.asarray(res[name].values, np.float64) for name in ("confidence", "iou")}
+        assert tuple(res["confidence"].dims[1:3]) == ("tx", "ty"), res["confidence"].dims
+    return res.n_samples * len(orbit.transforms()) / elapsed, values
+
+
+def precrop(data: DetectionSet, shifts: np.ndarray, calls) -> list[torch.Tensor]:
+    """(b)'s inputs, untimed: evaluate's model-call batches, cropped exactly as the window kind does."""
+    images = [torch.from_numpy(data.image(i).astype(np.float32) / 255.0) for i in range(len(data))]
+    batches = []
+    for rows in calls:
+        crops = []
+        for k, i in rows:
+            tx, ty = shifts[k]
+            x0, y0 = MAX_SHIFT - tx, MAX_SHIFT - ty
+            crops.append(images[i][:, y0:y0 + VIEW, x0:x0 + VIEW])
+        batches.append(torch.stack(crops))
+    return batches
+
+
+def forward_floor(model, batches: list[torch.Tensor], channels_last: bool = False) -> float:
+    """(b): windows/s of ``model(batch)`` alone, outputs discarded (inputs and weights in
+    channels_last memory format, converted untimed, with ``channels_last``)."""
+    if channels_last:
+        model = copy.deepcopy(model).to(memory_format=torch.channels_last)
+        batches = [b.contiguous(memory_format=torch.channels_last) for b in batches]
+    n = sum(len(b) for b in batches)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        for b in batches:
+            model(b)
+        return n / (time.perf_counter() - t0)
+
+
+def _iou(a: list[float], b: list[float]) -> float:
+    iw = min(a[2], b[2]) - max(a[0], b[0])
+    ih = min(a[3], b[3]) - max(a[1], b[1])
+    inter = iw * ih if iw > 0 and ih > 0 else 0.0
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def naive(model, contexts_hwc: list[np.ndarray], gt_boxes: list[list[list[float]]], shifts: np.ndarray):
+    """(c): NERO-style loop, one batch-1 forward per window; returns windows/s, confidence, IoU."""
+    n, k = len(contexts_hwc), len(shifts)
+    conf = np.zeros((n, k))
+    iou = np.zeros((n, k))
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for i, img in enumerate(contexts_hwc):
+            for e, (tx, ty) in enumerate(shifts.tolist()):
+                x0, y0 = MAX_SHIFT - tx, MAX_SHIFT - ty  # the content moves by +t: NERO's top-left = centre - 64 - t
+                window = img[y0:y0 + VIEW, x0:x0 + VIEW]
+                x = torch.from_numpy(np.ascontiguousarray(window.transpose(2, 0, 1))).float().div(255.0)[None]
+                det = model(x)[0]
+                scores = det["scores"].tolist()
+                gt = []
+                for b in gt_boxes[i]:
+                    c = [min(max(b[0] - x0, 0.0), VIEW), min(max(b[1] - y0, 0.0), VIEW),
+                         min(max(b[2] - x0, 0.0), VIEW), min(max(b[3] - y0, 0.0), VIEW)]
+                    if c[2] > c[0] and c[3] > c[1]:
+                        gt.append(c)
+                if scores:
+                    top = max(range(len(scores)), key=scores.__getitem__)
+                    box = det["boxes"][top].tolist()
+                    conf[i, e] = scores[top]
+                    iou[i, e] = max((_iou(box, g) for g in gt), default=math.nan)
+                else:
+                    iou[i, e] = math.nan if not gt else 0.0
+    return n * k / (time.perf_counter() - t0), conf, iou
+
+
+def _loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        return "n/a"
+
+
+# -- main --------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=1, help="key-object contexts (each 1,024 windows)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; best and spread are reported")
+    ap.add_argument("--seed", type=int, default=0, help="model initialisation seed")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "detection_throughput.txt"),
+                    help="also write the output here ('' = print only)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: as torch sets them)")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load_before = _loadavg()
+
+    data = make_contexts(args.samples)
+    model = make_model(args.seed)
+    orbit = osc.parse_orbit(ORBIT)
+    t = orbit.transforms()
+    gx, gy = np.meshgrid(orbit.coords["tx"], orbit.coords["ty"], indexing="ij")  # Translation's element order
+    shifts = np.stack([gx.ravel(), gy.ravel()], -1).astype(int)
+    assert np.array_equal(shifts, np.asarray(t.shift)), "element order differs from Translation.transforms()"
+    k = len(shifts)
+    c, hc, wc = data.image(0).shape
+    fb, calls = evaluate_batches(len(data), k, c * VIEW * VIEW)  # the engine sizes calls by the view
+    sizes = sorted({len(r) for r in calls})
+
+    src = Path(osc.__file__).resolve().parent.parent
+    env = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
+    say(f"# command: {env}{shlex.join(sys.orig_argv)}")
+    here = Path(__file__).resolve().parent.parent / "src"
+    say(f"# {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M UTC}; orbitscope imported from {src}"
+        + ("" if src == here else f" (a snapshot copy, not this checkout's {here})"))
+    say(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; numpy {np.__version__}; "
+        f"python {platform.python_version()}; {os.cpu_count()} CPUs")
+    say(f"# {len(data)} key-object contexts {hc}x{wc} (digit scenes, test digits, seed 1) x {k} windows "
+        f"{VIEW}x{VIEW} ({ORBIT}) = {len(data) * k} windows per path per round; {args.rounds} interleaved rounds")
+    say(f"# model: CentreDetector(10 classes, width 32), torch.manual_seed({args.seed}), untrained, eval mode, "
+        f"size-head bias log 12")
+    default_fb = inspect.signature(osc.evaluate).parameters["forward_batch"].default
+    say(f"# evaluate's model calls (defaults): forward_batch {default_fb} "
+        f"capped to {fb} by memory_budget_mb for {c}x{VIEW}x{VIEW} model inputs (the views); {len(calls)} calls of "
+        f"{'/'.join(map(str, sizes))} windows; (b) uses the same batches")
+
+    batches = precrop(data, shifts, calls)
+    contexts_hwc = [np.ascontiguousarray(data.image(i).transpose(1, 2, 0)) for i in range(len(data))]
+    gt_boxes = [data.target(i)["boxes"].astype(float).tolist() for i in range(len(data))]
+
+    # warm-up (untimed): one context, a few shifts, every path
+    warm = DetectionSet(data.items[:1], data.categories, data.data_id + ":warm-up")
+    osc.evaluate(model, warm, osc.parse_orbit("window-shift:-4:4:4"), osc.Detection(), view_size=(VIEW, VIEW))
+    forward_floor(model, batches[:2])
+    naive(model, contexts_hwc[:1], gt_boxes[:1], shifts[:8])
+
+    names = {"a": "a: ours, osc.evaluate, store=None (in memory)",
+             "a_store": "a: ours, osc.evaluate, store=<temporary dir>",
+             "a_opt": "a: ours, osc.evaluate(optimize=True), in memory",
+             "b": f"b: model(batch) alone, pre-cropped, batch {'/'.join(map(str, sizes))}",
+             "b_cl": "b: the same, channels_last",
+             "c": "c: naive NERO loop, numpy crop + batch-1 forward + Python IoU"}
+    rates: dict[str, list[float]] = {key: [] for key in names}
+    first: dict[str, object] = {}
+    for r in range(args.rounds):
+        rate, res = ours(model, data, orbit, store=False)
+        rates["a"].append(rate)
+        first.setdefault("a", res)
+        rate, res = ours(model, data, orbit, store=True)
+        rates["a_store"].append(rate)
+        first.setdefault("a_store", res)
+        rate, _ = ours(model, data, orbit, store=False, optimize=True)
+        rates["a_opt"].append(rate)
+        rates["b"].append(forward_floor(model, batches))
+        rates["b_cl"].append(forward_floor(model, batches, channels_last=True))
+        rate, conf, iou = naive(model, contexts_hwc, gt_boxes, shifts)
+        rates["c"].append(rate)
+        first.setdefault("c", (conf, iou))
+        say(f"  round {r + 1}/{args.rounds}: " + "  ".join(f"{key}={v[-1]:.0f}" for key, v in rates.items())
+            + " windows/s")
+
+    best = {key: max(v) for key, v in rates.items()}
+    say()
+    say(f"{'path':64s} {'best w/s':>8s} {'median':>7s} {'spread min-max':>15s} {'ms/window':>9s}")
+    for key, name in names.items():
+        v = rates[key]
+        say(f"{name:64s} {best[key]:8.0f} {np.median(v):7.0f} {min(v):7.0f}-{max(v):<7.0f} {1000 / best[key]:9.2f}")
+    say()
+    for key, label in (("a", "in memory"), ("a_store", "with store"), ("a_opt", "optimize")):
+        say(f"ratio ours/forward ({label:10s}) = {best[key] / best['b']:.2f}   "
+            f"ratio ours/naive ({label:10s}) = {best[key] / best['c']:.2f}")
+    say(f"ratio ours(optimize)/forward(channels_last) = {best['a_opt'] / best['b_cl']:.2f}")
+
+    # agreement (untimed): (a) and (c), per context and shift, from the first round
+    res = first["a"]
+    a_conf = res["confidence"].reshape(len(data), k)
+    a_iou = res["iou"].reshape(len(data), k)
+    c_conf, c_iou = first["c"]
+    nan_same = np.array_equal(np.isnan(a_iou), np.isnan(c_iou))
+    d_conf = np.abs(a_conf - c_conf)
+    d_iou = np.abs(np.nan_to_num(a_iou, nan=0.0) - np.nan_to_num(c_iou, nan=0.0))
+    ok = bool(nan_same and d_conf.max() <= 1e-4 and d_iou.max() <= 1e-4)
+    store_conf = first["a_store"]["confidence"].reshape(len(data), k)
+    say()
+    say(f"agreement (a) vs (c), {len(data)} contexts x {k} shifts, tolerance 1e-4: {'OK' if ok else 'MISMATCH'}; "
+        f"max |d confidence| = {d_conf.max():.2e}, max |d IoU| = {d_iou.max():.2e}, "
+        f"no-object-in-view (NaN IoU) pattern {'identical' if nan_same else 'DIFFERENT'} "
+        f"({int(np.isnan(c_iou).sum())} windows); IoU > 0 in {int((np.nan_to_num(c_iou) > 0).sum())} windows, "
+        f"mean IoU {np.nanmean(c_iou):.3f}, max {np.nanmax(c_iou):.3f}; (a) store vs in memory: max |d confidence| = "
+        f"{np.abs(store_conf - a_conf).max():.2e}")
+    if not ok:
+        bad = np.argwhere((d_conf > 1e-4) | (d_iou > 1e-4))
+        for i, e in bad[:5]:
+            say(f"  context {i} shift {tuple(shifts[e])}: conf {a_conf[i, e]:.6f} vs {c_conf[i, e]:.6f}, "
+                f"IoU {a_iou[i, e]:.6f} vs {c_iou[i, e]:.6f}")
+    say(f"\n# total wall time {time.perf_counter() - started:.0f} s; load average (1 min) {load_before} before, "
+        f"{_loadavg()} after (other processes share these cores)")
+
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("\n".join(_lines) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
