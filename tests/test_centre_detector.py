@@ -59,3 +59,22 @@ def test_a_short_training_run_learns_and_is_reproducible():
     out = a(torch.rand(2, 3, 64, 64))
     assert len(out) == 2 and out[0]["boxes"].shape[1] == 4 and len(out[0]["scores"]) <= a.max_detections
     assert isinstance(CentreDetector(), torch.nn.Module)
+
+
+def test_a_cached_detector_is_found_by_the_interface_for_live_re_evaluation(tmp_path):
+    """The cache file records the model hash, so the interface can load the weights of a run."""
+    import orbitscope as osc
+    from orbitscope.app.data import AppData
+    from orbitscope.results.store import Store
+    from orbitscope.training.detection import cached_detector, detection_training_data
+
+    recipe = DetectorRecipe(name="tiny", scenes=40, epochs=1, batch_size=16, width=8)
+    model, info = cached_detector(recipe, tmp_path / "models")
+    assert not info["from_cache"] and cached_detector(recipe, tmp_path / "models")[1]["from_cache"]
+    data = detection_training_data(DetectorRecipe(scenes=40, seed=1), split="test").subset([0, 1])
+    run = osc.evaluate(model, data, osc.parse_orbit("window-shift:-8:8:8"), osc.Detection(), view_size=(64, 64),
+                       store=tmp_path, optimize=True)
+    loaded = AppData(Store(tmp_path, create=False), ttl=0.0).model(run.run_id)
+    assert loaded is not None
+    x = torch.rand(1, 3, 64, 64)
+    assert torch.equal(loaded.raw(x)[0], model.raw(x)[0])

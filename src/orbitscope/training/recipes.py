@@ -543,6 +543,7 @@ def load_or_train(
         except Exception as exc:  # noqa: BLE001 - any unusable cache entry is rebuilt
             logger.warning("ignoring unusable cache file %s (%s); retraining", path, exc)
     model, info = train()
+    info = {**info, "model_hash": info.get("model_hash") or model_hash(model)}  # the interface finds weights by it
     save_model(model, path, metadata={"recipe": recipe, "info": info})
     logger.info("saved trained model to %s", path)
     return model, {**info, "from_cache": False}
