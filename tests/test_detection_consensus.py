@@ -163,3 +163,32 @@ def test_consensus_on_unlabelled_images_shows_a_non_equivariant_detector():
     eq = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
                       consensus=True).result
     np.testing.assert_allclose(eq.consensus_iou.values, 1.0, atol=1e-6)
+
+
+class FaintDetector(nn.Module):
+    """The bright box, but scored 0.1 and found only while the object is within 4 px of the view
+    centre: its fused score (mean over the orbit) is far below consensus_score."""
+
+    def forward(self, x):
+        out = BrightBoxDetector()(x)
+        for d in out:
+            centre = (d["boxes"][:, :2] + d["boxes"][:, 2:]) / 2 if len(d["boxes"]) else torch.zeros(0, 2)
+            near = (centre - x.shape[-1] / 2).abs().amax(-1) <= 4
+            d["boxes"], d["labels"] = d["boxes"][near], d["labels"][near]
+            d["scores"] = torch.full((int(near.sum()),), 0.1)
+        return out
+
+
+def test_the_best_fused_box_is_always_a_consensus_object():
+    images, targets = _contexts(3)
+    orbit = osc.Translation(range(-8, 9, 4))
+    res = osc.evaluate(FaintDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
+                       consensus=True).result
+    scores = res.consensus_scores.values[:, 0]
+    assert (scores < 0.25).all() and (scores > 0).all()  # below consensus_score, kept as the best box
+    gt = np.stack([t["boxes"][0] for t in targets])
+    np.testing.assert_allclose(res.consensus_boxes.values[:, 0], gt, atol=1e-5)
+    found = res.confidence.values > 0
+    assert found.any() and (~found).any()
+    np.testing.assert_allclose(res.consensus_iou.values[found], 1.0, atol=1e-6)
+    np.testing.assert_allclose(res.consensus_iou.values[~found], 0.0)  # missed: IoU 0 against the consensus

@@ -30,14 +30,16 @@ Consensus (``evaluate(..., consensus=True)``, label-free, NERO's): every element
 ``max_detections`` boxes are mapped back to the canonical frame by the inverse element and fused
 by :func:`orbitscope.kinds.fuse_boxes` (greedy clustering at IoU > 0.5 across elements, mean
 corners, majority class, score = mean score over the orbit with 0 where an element missed it).
-The fused boxes scoring at least ``consensus_score`` are the sample's consensus objects (at most
-``max_objects``); each element's consensus target is them moved by the element and clipped to
-the view, like the ground truth. Every labelled metric above is then also scored against it
-(``consensus_iou``, ``consensus_conf_iou``, ``consensus_precision``, …, and at dataset level
-``consensus_ap50`` and ``consensus_map``), and the consensus objects are stored per sample
-(``consensus_boxes``, ``consensus_labels``, ``consensus_scores``, canonical frame). A sample
-whose fused boxes all score below ``consensus_score`` has no consensus object: its consensus
-metrics are NaN (no target), as for an image with no object in view.
+The best fused box, and every other one scoring at least ``consensus_score``, are the sample's
+consensus objects (at most ``max_objects``), so a sample on which the model detects anything has
+a consensus, as in NERO (whose consensus was the mean of the top boxes). Each element's
+consensus target is them moved by the element and clipped to the view, like the ground truth.
+Every labelled metric above is then also scored against it (``consensus_iou``,
+``consensus_conf_iou``, ``consensus_precision``, …, and at dataset level ``consensus_ap50`` and
+``consensus_map``), and the consensus objects are stored per sample (``consensus_boxes``,
+``consensus_labels``, ``consensus_scores``, canonical frame). A sample with no detection at any
+element has no consensus object: its consensus metrics are NaN (no target), as for an image with
+no object in view.
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ _CONSENSUS_DATASET = (
     Variable("consensus_map", "float64", description="COCO mAP@[.5:.95] against the consensus objects",
              kind="probability", needs_labels=False, label="mAP@[.5:.95] vs consensus"),
 )
+#: part of every detection run's identity: bumped when a metric's or the consensus's definition
+#: changes, so that stored runs made under the old one are not reused
+DEFINITIONS_VERSION = 2
 #: boxes kept per row for the views (``top_boxes``)
 TOP_BOXES = 3
 
@@ -101,8 +106,9 @@ class Detection(Task):
         max_objects: most ground-truth boxes per image (the width of the in-view state).
         input_kind: ``"window"`` (a field of view moving over a larger context image, NERO's
             setting; evaluate with ``view_size=(h, w)``) or ``"image"`` (the whole image moves).
-        consensus_score: fused boxes scoring at least this are consensus objects (see the module
-            docstring; the fused score is the mean score over the orbit, 0 where missed).
+        consensus_score: besides the best fused box, fused boxes scoring at least this are
+            consensus objects (see the module docstring; the fused score is the mean score over
+            the orbit, 0 where missed).
     """
 
     score_threshold: float = 0.5
@@ -140,7 +146,8 @@ class Detection(Task):
     def spec(self) -> dict[str, Any]:
         return {"kind": self.kind, "score_threshold": float(self.score_threshold),
                 "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
-                "input_kind": self.input_kind, "consensus_score": float(self.consensus_score)}
+                "input_kind": self.input_kind, "consensus_score": float(self.consensus_score),
+                "version": DEFINITIONS_VERSION}
 
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         k, m = ("detection",), ("gt",)
@@ -170,10 +177,13 @@ class Detection(Task):
         return super().canonicalize(outputs[:, : int(self.max_detections)], g, **context)
 
     def consensus(self, canonical: Boxes, n_elements: int, n_samples: int, weights: np.ndarray) -> Boxes:
-        """Fused boxes scoring at least ``consensus_score`` (at most ``max_objects``)."""
+        """The best fused box, and the others scoring at least ``consensus_score`` (at most
+        ``max_objects`` in all)."""
         fused = fuse_boxes(canonical, n_elements, n_samples, weights, max_boxes=2 * int(self.max_objects))
         fused = fused[:, : int(self.max_objects)]
-        keep = fused.valid & (fused.scores >= float(self.consensus_score))
+        top = torch.zeros_like(fused.valid)
+        top[:, :1] = True  # the best fused box always (NERO's consensus of the top boxes)
+        keep = fused.valid & ((fused.scores >= float(self.consensus_score)) | top)
         return Boxes(fused.xyxy, fused.labels, keep, fused.scores)
 
     def store_consensus(self, target: Boxes) -> dict[str, np.ndarray]:
