@@ -386,3 +386,17 @@ def test_a_moving_image_is_its_own_context():
     out = view.evaluate_live(BrightBoxDetector(), res, 0, element)
     np.testing.assert_allclose(out.boxes[0], moved_targets[0]["boxes"][0] + [3, -5, 3, -5], atol=1e-4)
     assert out.metrics["iou"] == pytest.approx(1.0) and out.metrics["conf_iou"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("max_detections", [1, 2])
+def test_the_detail_panel_of_runs_keeping_fewer_than_three_detections(max_detections):
+    rng = np.random.default_rng(4)
+    images = rng.uniform(0, 0.3, size=(2, 1, 64, 64)).astype(np.float32)
+    images[:, 0, 28:34, 28:35] = 0.9
+    targets = [{"boxes": np.array([[28, 28, 35, 34]], np.float32), "labels": np.array([1])}] * 2
+    res = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), osc.Translation(range(-8, 9, 8)),
+                       Detection(max_detections=max_detections), view_size=(32, 32), store_inputs=True).result
+    req = DetailRequest(results=[res], run_ids=["x"], names=["m"], colours=["#0072B2"], sample=0,
+                        element={"tx": 8.0, "ty": 0.0})
+    parts = view_for("detection").stored_detail(req, "conf_iou")
+    assert "tx 8, ty 0" in str(parts[0].children)

@@ -105,3 +105,19 @@ def test_the_demos_photo_contexts_read_from_opencv_doc():
     assert [people.image(i).shape for i in range(len(people))] == [(3, 256, 256)] * len(PEOPLE)
     assert [faces.image(i).shape for i in range(len(faces))] == [(3, 160, 160)] * len(FACES)
     assert people.image(0).std() > 10  # a real frame, not a blank
+
+
+def test_cli_detection_options_for_crowded_images_and_moving_views(tmp_path):
+    from orbitscope.cli.commands import _task_and_data
+
+    boxes = np.array([[4.0 * i, 4.0 * i, 4.0 * i + 3, 4.0 * i + 3] for i in range(17)], np.float32)
+    crowded = DetectionSet.from_arrays([np.zeros((3, 200, 200), np.uint8)], [{"boxes": boxes, "labels": np.ones(17)}],
+                                       {1: "thing"}, "crowded")
+    task, _, _ = _task_and_data("detection", crowded, osc.parse_orbit("shift:-4:4:4"), None, True, 0.5, False)
+    assert task.max_objects == 17  # the most crowded image fits
+    scenes = digit_scenes(3, size=256, seed=5)
+    with pytest.raises(ValueError, match="--margin"):
+        _task_and_data("detection", scenes, osc.parse_orbit("rotation:0:90:45"), 64, True, 0.5, False)
+    _, contexts, view = _task_and_data("detection", scenes, osc.parse_orbit("rotation:0:90:45"), 64, True, 0.5, False,
+                                       margin=14)
+    assert view == (64, 64) and contexts.image(0).shape[-2:] == (92, 92)

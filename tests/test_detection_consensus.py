@@ -192,3 +192,56 @@ def test_the_best_fused_box_is_always_a_consensus_object():
     assert found.any() and (~found).any()
     np.testing.assert_allclose(res.consensus_iou.values[found], 1.0, atol=1e-6)
     np.testing.assert_allclose(res.consensus_iou.values[~found], 0.0)  # missed: IoU 0 against the consensus
+
+
+def test_many_one_off_false_positives_do_not_crowd_out_the_stable_object():
+    # 40 elements: the object at score 0.6 in the same place at every element, plus a tiny false
+    # positive at 0.95 somewhere else each time; the consensus keeps max_objects boxes
+    n_el = 40
+    xyxy, scores = torch.zeros(n_el, 2, 4), torch.zeros(n_el, 2)
+    for k in range(n_el):
+        xyxy[k, 0], scores[k, 0] = torch.tensor([3.0 * k, 200, 3.0 * k + 2, 202]), 0.95
+        xyxy[k, 1], scores[k, 1] = torch.tensor([50.0, 50, 80, 80]), 0.6
+    rows = Boxes(xyxy, torch.ones(n_el, 2, dtype=torch.long), torch.ones(n_el, 2, dtype=torch.bool), scores)
+    cons = Detection(max_objects=4).consensus(rows, n_el, 1, np.ones(n_el))
+    kept = cons.valid[0]
+    assert cons.xyxy[0][kept].tolist() == [[50.0, 50.0, 80.0, 80.0]]
+    assert float(cons.scores[0, 0]) == pytest.approx(0.6)
+    bounded = fuse_boxes(rows, n_el, 1, np.ones(n_el), max_boxes=3)
+    full = fuse_boxes(rows, n_el, 1, np.ones(n_el))
+    np.testing.assert_allclose(bounded.scores[0, :3].numpy(), full.scores[0, :3].numpy())  # the same best 3
+
+
+class PaddedDetector(nn.Module):
+    """list[dict] padded by the model itself to 3 rows with label -1 and score 0 (as exported models do)."""
+
+    def forward(self, x):
+        out = []
+        for d in BrightBoxDetector()(x):
+            pad = 3 - len(d["boxes"])
+            out.append({"boxes": torch.cat([d["boxes"], torch.zeros(pad, 4)]),
+                        "scores": torch.cat([d["scores"], torch.zeros(pad)]),
+                        "labels": torch.cat([d["labels"], torch.full((pad,), -1)])})
+        return out
+
+
+def test_rows_a_model_padded_itself_are_ignored_with_and_without_consensus():
+    images, targets = _contexts(3)
+    orbit = osc.Translation(range(-8, 9, 4))
+    args = (Pairs(images, targets), orbit, Detection())
+    padded = osc.evaluate(PaddedDetector(), *args, view_size=(32, 32), consensus=True).result
+    plain = osc.evaluate(BrightBoxDetector(), *args, view_size=(32, 32), consensus=True).result
+    for name in ("confidence", "iou", "precision", "consensus_iou", "consensus_boxes", "det_labels"):
+        np.testing.assert_array_equal(padded[name].values, plain[name].values, err_msg=name)
+
+
+def test_scoring_stays_on_the_targets_device_when_no_image_has_a_box():
+    # the meta device stands in for a GPU: every tensor of the result must live where the targets do
+    device = torch.device("meta")
+    from orbitscope.kinds import read_detections
+
+    out = read_detections([{"boxes": torch.tensor([[1.0, 1, 5, 5]]), "scores": torch.tensor([0.9]),
+                            "labels": torch.tensor([1])}] * 2).to(device)
+    empty = Boxes(torch.zeros(2, 0, 4), torch.zeros(2, 0, dtype=torch.long), torch.zeros(2, 0, dtype=torch.bool)).to(device)
+    scores = Detection().score(out, empty)
+    assert {v.device.type for v in scores.values()} == {"meta"}

@@ -53,6 +53,11 @@ def evaluate(
                                      "its image (NERO's selection), or the whole images as contexts."),
     score_threshold: float = typer.Option(0.5, "--score-threshold", help="Detection: detections scoring at least "
                                           "this count for precision, recall and F1."),
+    margin: Optional[int] = typer.Option(None, "--margin", help="Detection with --key-objects: context pixels "
+                                         "around the view on each side (default: the orbit's largest shift; give it "
+                                         "for rotations or scales of the view, whose corners move further)."),
+    max_objects: Optional[int] = typer.Option(None, "--max-objects", help="Detection: most ground-truth boxes per "
+                                              "image (default: 16, or the data's largest count)."),
     store_inputs: bool = typer.Option(False, "--store-inputs", help="Store the inputs (for the interface's detail "
                                       "views and live re-evaluation)."),
     executor: str = typer.Option("local", help="Where chunks run: local, or process (a pool of --workers "
@@ -80,7 +85,7 @@ def evaluate(
     orb = parse_orbit(orbit)
     dataset = parse_data_spec(data)
     job_task, dataset, view = _task_and_data(task_kind, dataset, orb, view_size, key_objects, score_threshold,
-                                             probabilities)
+                                             probabilities, margin, max_objects)
     if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
         sys.path.insert(0, os.getcwd())
     net = load_user_model(model, weights, trust=trust)
@@ -107,7 +112,8 @@ def evaluate(
 
 
 def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, key_objects: bool,
-                   score_threshold: float, probabilities: bool) -> tuple[Any, Any, tuple[int, int] | None]:
+                   score_threshold: float, probabilities: bool, margin: int | None = None,
+                   max_objects: int | None = None) -> tuple[Any, Any, tuple[int, int] | None]:
     """The task of ``--task``, the dataset it runs on (key-object contexts for a detection window
     orbit) and the view size."""
     import numpy as np
@@ -123,18 +129,29 @@ def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, k
         raise ValueError(f"--task {kind!r}: choose classification or detection")
     if probabilities:
         raise ValueError("--probabilities is for classification; detection stores its top boxes, scores and classes")
+    if max_objects is None:  # enough for the most crowded image
+        counts = [len(it.boxes) for it in dataset.items] if isinstance(dataset, DetectionSet) else []
+        max_objects = max([16, *counts])
     if view_size is None:
-        return Detection(score_threshold=score_threshold, input_kind="image"), dataset, None
+        return Detection(score_threshold=score_threshold, max_objects=max_objects, input_kind="image"), dataset, None
     if view_size < 1:
         raise ValueError(f"--view-size must be a positive number of pixels, got {view_size}")
     if key_objects:
         if not isinstance(dataset, DetectionSet):
             raise ValueError("--key-objects needs a detection dataset (e.g. coco:ANN.json:IMAGES); use --whole-images "
                              "for other data")
-        shifts = [np.abs(np.asarray(orbit.coords[d], dtype=float)).max() for d in orbit.dims if d in ("tx", "ty")]
-        max_shift = int(np.ceil(max(shifts))) if shifts else 0
-        dataset = key_object_contexts(dataset, view=view_size, max_shift=max_shift)
-    return Detection(score_threshold=score_threshold), dataset, (view_size, view_size)
+        if margin is None:
+            other = [d for d in orbit.dims if d not in ("tx", "ty")]
+            if other:
+                raise ValueError(f"--key-objects sizes contexts from the orbit's shifts, but this orbit also moves the "
+                                 f"view by {', '.join(other)}: give --margin PIXELS (context around the view on each "
+                                 "side, enough for the view's moved corners)")
+            shifts = [np.abs(np.asarray(orbit.coords[d], dtype=float)).max() for d in orbit.dims]
+            margin = int(np.ceil(max(shifts))) if shifts else 0
+        if margin < 0:
+            raise ValueError(f"--margin must be at least 0 pixels, got {margin}")
+        dataset = key_object_contexts(dataset, view=view_size, max_shift=margin)
+    return Detection(score_threshold=score_threshold, max_objects=max_objects), dataset, (view_size, view_size)
 
 
 def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "elements")) -> None:

@@ -109,7 +109,9 @@ def photo_contexts(contexts: Sequence[PhotoContext], *, view: int, max_shift: in
     cache: dict[str, np.ndarray] = {}
     images, targets, names = [], [], []
     for c in contexts:
-        img = cache.setdefault(c.source, _source_image(c.source))
+        if c.source not in cache:
+            cache[c.source] = _source_image(c.source)
+        img = cache[c.source]
         x0, y0 = c.x - size // 2, c.y - size // 2
         if x0 < 0 or y0 < 0 or x0 + size > img.shape[1] or y0 + size > img.shape[0]:
             raise DataError(f"a {size}² context around ({c.x}, {c.y}) leaves {c.source} ({img.shape[1]} × "

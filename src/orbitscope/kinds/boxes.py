@@ -180,7 +180,9 @@ def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[f
     Args:
         rows: element-major rows (row ``k·n_samples + b``), already mapped back by g⁻¹.
         weights: per element, 0 for repeated elements (e.g. 360° after 0°).
-        max_boxes: stop after this many clusters per sample (None: until every box is assigned).
+        max_boxes: keep the best this many fused boxes per sample (None: all). Clustering stops
+            early only when no later cluster could be among them (a fused score never exceeds
+            its opener's score).
 
     Returns:
         A padded :class:`Boxes` (n_samples, M) sorted by fused score.
@@ -204,8 +206,14 @@ def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[f
                             element[ok][order])
         used = torch.zeros(len(box), dtype=torch.bool)
         fused: list[tuple[Tensor, int, float]] = []
-        while not bool(used.all()) and (max_boxes is None or len(fused) < max_boxes):
+        while not bool(used.all()):
             opener = int(torch.nonzero(~used)[0])
+            if max_boxes is not None and len(fused) >= max_boxes:
+                # a cluster's fused score is at most its opener's score: stop once no later
+                # cluster can enter the best max_boxes
+                kth = sorted((f[2] for f in fused), reverse=True)[max_boxes - 1]
+                if float(sc[opener]) <= kth:
+                    break
             iou = box_iou(box[opener][None], box)[0]
             ok_j = ~used & (iou > iou_threshold) & (el != el[opener])
             best = torch.full((n_elements,), -1.0, dtype=torch.float64).scatter_reduce(
@@ -225,6 +233,7 @@ def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[f
             fused.append(((box[members] * mw[:, None]).sum(0) / mw.sum(), label,
                           float((mw * sc[members]).sum()) / total))
         fused.sort(key=lambda f: -f[2])
+        fused = fused if max_boxes is None else fused[:max_boxes]
         out.append((torch.stack([f[0] for f in fused]).float() if fused else torch.zeros(0, 4),
                     torch.tensor([f[1] for f in fused], dtype=torch.int64),
                     torch.tensor([f[2] for f in fused], dtype=torch.float32)))
@@ -240,7 +249,8 @@ def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[f
 def read_detections(raw: Sequence[Any]) -> Boxes:
     """torchvision-style detections (a list, one dict per image, with ``boxes`` (n, 4) xyxy,
     ``scores`` (n,) and ``labels`` (n,)) -> a padded :class:`Boxes` with ``scores``, each image's
-    boxes sorted by decreasing score (padding rows are invalid, score -inf)."""
+    boxes sorted by decreasing score (padding rows are invalid, score -inf; so are rows a model
+    padded itself, with label -1 or a non-finite score)."""
     if not isinstance(raw, (list, tuple)) or not all(isinstance(d, dict) for d in raw):
         raise DataError(f"detections must be a list with one dict per image, got {type(raw).__name__}")
     rows = []
@@ -260,7 +270,8 @@ def read_detections(raw: Sequence[Any]) -> Boxes:
     labels = torch.full((len(rows), n), -1, dtype=torch.int64)
     valid = torch.zeros(len(rows), n, dtype=torch.bool)
     for i, (b, sc, lab) in enumerate(rows):
-        xyxy[i, : len(b)], scores[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, sc, lab, True
+        real = (lab >= 0) & torch.isfinite(sc)  # rows with label -1 or score -inf/NaN are a model's padding
+        xyxy[i, : len(b)], scores[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, sc, lab, real
     return Boxes(xyxy, labels, valid, scores)
 
 

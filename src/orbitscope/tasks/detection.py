@@ -240,7 +240,7 @@ class Detection(Task):
         any_gt = gt_valid.any(1)
         top = det[:, 0]
         confidence = torch.where(top, scores[:, 0], torch.zeros_like(scores[:, 0]))
-        best = torch.where(gt_valid, iou[:, 0], torch.full_like(iou[:, 0], -1.0)).amax(1) if n else torch.zeros(r)
+        best = torch.where(gt_valid, iou[:, 0], torch.full_like(iou[:, 0], -1.0)).amax(1) if n else torch.zeros(r, device=device)
         top_iou = torch.where(any_gt, torch.where(top, best.clamp_min(0), torch.zeros_like(best)), torch.nan)
         shown = det & (scores >= float(self.score_threshold))
         tp = (matched[:, :, 0] & shown).sum(1).float()

@@ -471,7 +471,8 @@ class DetectionView(TaskView):
                      *(m for m in (*_METRICS, *_CONSENSUS) if m in res.data)]
             point = res.data[names].sel(sample=req.sample).isel(pos)
             top = np.asarray(point["top_boxes"].values, dtype=np.float64).reshape(-1, 4)
-            k = len(top)
+            k = min(len(top), int(np.asarray(point["det_scores"].values).shape[-1]))  # max_detections may be < 3
+            top = top[:k]
             scores = np.asarray(point["det_scores"].values, dtype=np.float64)[:k]
             labels = np.asarray(point["det_labels"].values).astype(np.int64)[:k]
             keep = np.isfinite(top).all(1) & (labels >= 0)
