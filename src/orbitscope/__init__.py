@@ -50,7 +50,7 @@ from .kinds import Boxes, Kind, act, get_kind, list_kinds, register_kind, rotate
 # data
 from .data import ArrayDataset, ImageFolder, fashion_mnist, load_idx_dataset, mnist_subset, parse_data_spec, read_idx
 # tasks
-from .tasks import Classification, Detection, Task, Variable, list_tasks, register_task, task_from_spec
+from .tasks import Classification, Detection, Flow, Task, Variable, list_tasks, register_task, task_from_spec
 # engine
 from .engine import ActivationProbe, Run, evaluate
 from .engine.executors import EXECUTORS, Executor, LocalExecutor, ProcessExecutor
@@ -81,7 +81,7 @@ __all__ = [
     # data
     "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset", "mnist_subset", "parse_data_spec", "read_idx",
     # tasks
-    "Task", "Classification", "Detection", "Variable", "register_task", "list_tasks", "task_from_spec",
+    "Task", "Classification", "Detection", "Flow", "Variable", "register_task", "list_tasks", "task_from_spec",
     # engine
     "evaluate", "Run", "ActivationProbe", "Executor", "LocalExecutor", "ProcessExecutor", "EXECUTORS",
     # results

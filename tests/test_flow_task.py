@@ -1,0 +1,81 @@
+"""The Flow task: error metrics against direct numpy, resampled estimators, NaN (unknown) pixels,
+and exact closed forms over NERO's 16 elements for an exact and a biased estimator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import orbitscope as osc
+from orbitscope import Flow
+from orbitscope.group.parse import parse_orbit
+
+from test_equivariance_by_construction import ShiftSearch, _shift_pairs
+
+
+def test_metrics_equal_direct_numpy_and_ignore_unknown_pixels():
+    rng = np.random.default_rng(0)
+    est = rng.normal(size=(5, 2, 12, 10)).astype(np.float32)
+    truth = rng.normal(size=(5, 2, 12, 10)).astype(np.float32)
+    truth[1, :, :3] = np.nan  # no ground truth on three rows of sample 1
+    truth[4] = np.nan  # an unlabelled field
+    got = Flow(maps=("epe", "mae", "mse"), map_size=64).score(torch.from_numpy(est), torch.from_numpy(truth))
+    d = est.astype(np.float64) - truth
+    epe = np.sqrt(d[:, 0] ** 2 + d[:, 1] ** 2)
+    mae = (np.abs(d[:, 0]) + np.abs(d[:, 1])) / 2
+    mse = (d[:, 0] ** 2 + d[:, 1] ** 2) / 2
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        want = {"epe": np.nanmean(epe, (1, 2)), "mae": np.nanmean(mae, (1, 2)), "mse": np.nanmean(mse, (1, 2))}
+    want["rmse"] = np.sqrt(want["mse"])
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name].numpy(), value, rtol=1e-5, err_msg=name)
+    assert np.isnan(float(got["epe"][4]))
+    np.testing.assert_allclose(got["epe_map"].numpy(), epe, rtol=1e-5)
+    np.testing.assert_allclose(got["mae_map"].numpy(), mae, rtol=1e-5)
+
+
+def test_maps_are_block_averaged_to_map_size():
+    est = torch.zeros(1, 2, 8, 8)
+    truth = torch.zeros(1, 2, 8, 8)
+    truth[0, 0] = torch.arange(64.0).reshape(8, 8)
+    got = Flow(map_size=4).score(est, truth)["epe_map"][0].numpy()
+    want = np.arange(64.0).reshape(8, 8).reshape(4, 2, 4, 2).mean((1, 3))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_an_estimator_at_another_resolution_is_resampled_and_its_vectors_scaled():
+    truth = torch.zeros(2, 2, 16, 16)
+    truth[:, 0], truth[:, 1] = 2.0, -1.0  # uniform (2, -1) px per frame
+    half = torch.zeros(2, 2, 8, 8)
+    half[:, 0], half[:, 1] = 1.0, -0.5  # the same motion measured in half-resolution pixels
+    got = Flow().score(half, truth)
+    np.testing.assert_allclose(got["epe"].numpy(), 0.0, atol=1e-6)
+
+
+def test_exact_and_biased_estimators_over_the_16_elements_and_their_consensus():
+    frames, flows = _shift_pairs()
+    orbit = parse_orbit("d4xt")
+    exact = osc.evaluate(ShiftSearch(), (frames, flows), orbit, Flow(), consensus=True).result
+    for name in ("epe", "rmse", "mae", "mse", "consensus_epe"):
+        np.testing.assert_allclose(exact[name].values, 0.0, atol=1e-6, err_msg=name)
+    bias = 0.5  # a constant +u bias at every element: |Δ| = bias everywhere, whatever g is
+    res = osc.evaluate(ShiftSearch(bias), (frames, flows), orbit, Flow(), consensus=True).result
+    np.testing.assert_allclose(res.epe.values, bias, atol=1e-5)
+    np.testing.assert_allclose(res.mae.values, bias / 2, atol=1e-5)
+    np.testing.assert_allclose(res.mse.values, bias ** 2 / 2, atol=1e-5)
+    np.testing.assert_allclose(res.rmse.values, bias / np.sqrt(2), atol=1e-5)
+    np.testing.assert_allclose(res.epe_map.values, bias, atol=1e-5)
+    # mapped back, the 16 biases g⁻¹(+bias, 0) sum to zero over the group: the consensus is the
+    # true field, so every element's error against it is again the bias
+    np.testing.assert_allclose(res.consensus_epe.values, bias, atol=1e-5)
+    assert res.primary_metric() == "epe"
+    assert res.meta("consensus_epe").needs_labels is False
+
+
+def test_bad_outputs_and_options_say_what_to_do():
+    with pytest.raises(ValueError, match="RMSE has no per-pixel map"):
+        Flow(maps=("rmse",))
+    with pytest.raises(osc.errors.ModelError, match=r"\(batch, 2, H, W\)"):
+        Flow().read_outputs(torch.zeros(2, 3, 4, 4))
+    assert Flow.from_spec(Flow(maps=("mae",), map_size=8).spec()) == Flow(maps=("mae",), map_size=8)
