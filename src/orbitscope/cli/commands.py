@@ -44,8 +44,9 @@ def evaluate(
     probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
     consensus: bool = typer.Option(False, "--consensus", help="Also score every element against NERO's consensus "
                                    "(label-free: self-consistency, not correctness)."),
-    task_kind: str = typer.Option("classification", "--task", help="classification, or detection (a model returning "
-                                  "torchvision-style boxes; data with box targets, e.g. coco:ANN.json:IMAGES)."),
+    task_kind: str = typer.Option("classification", "--task", help="classification; detection (a model returning "
+                                  "torchvision-style boxes; data with box targets, e.g. coco:ANN.json:IMAGES); or "
+                                  "flow (image pairs -> dense (u, v) fields, e.g. --orbit d4xt)."),
     view_size: Optional[int] = typer.Option(None, "--view-size", help="Detection: the square field of view (pixels) "
                                             "that a window-shift orbit moves over each context image (NERO: 128)."),
     key_objects: bool = typer.Option(True, "--key-objects/--whole-images", help="Detection with --view-size: one "
@@ -119,14 +120,18 @@ def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, k
     import numpy as np
 
     from ..data.coco import DetectionSet, key_object_contexts
-    from ..tasks import Classification, Detection
+    from ..tasks import Classification, Detection, Flow
 
+    if kind == "flow":
+        if view_size is not None or probabilities:
+            raise ValueError("--view-size and --probabilities are not for --task flow (image pairs -> flow fields)")
+        return Flow(), dataset, None
     if kind == "classification":
         if view_size is not None:
             raise ValueError("--view-size is for --task detection (a field of view moving over context images)")
         return Classification(store_probabilities=probabilities), dataset, None
     if kind != "detection":
-        raise ValueError(f"--task {kind!r}: choose classification or detection")
+        raise ValueError(f"--task {kind!r}: choose classification, detection or flow")
     if probabilities:
         raise ValueError("--probabilities is for classification; detection stores its top boxes, scores and classes")
     if max_objects is None:  # enough for the most crowded image
