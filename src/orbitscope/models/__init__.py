@@ -1,6 +1,7 @@
 """Models: reference and equivariant architectures, inference optimisation, loading and saving."""
 
 from .centre_detector import CentreDetector
+from .flow_cnn import FlowCNN
 from .equivariant import P4CNN, Symmetrized, symmetrize
 from .nero_cnn import NeroCNN
 from .reference import (
@@ -17,6 +18,6 @@ from .reference import (
 from .registry import ARCHITECTURES, build_model, list_models, register_model
 from .torchvision_detectors import TORCHVISION_DETECTORS, torchvision_detector  # torchvision imported lazily
 
-__all__ = ["ARCHITECTURES", "CentreDetector", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
+__all__ = ["ARCHITECTURES", "CentreDetector", "FlowCNN", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
            "TORCHVISION_DETECTORS", "torchvision_detector"]
