@@ -78,6 +78,8 @@ def _mpl_cells(ax):
     """{(r, c): image array} of the mosaic cells drawn on ``ax``."""
     out = {}
     for im in ax.get_images():
+        if str(im.get_gid()).startswith("glyph"):  # the element's "F", drawn over flat cells
+            continue
         assert isinstance(im, AxesImage) and im.origin == "upper"
         left, right, bottom, top = im.get_extent()
         assert top < bottom  # row 0 of the map at the smaller y, which is drawn on top (y axis inverted)
@@ -338,3 +340,16 @@ def test_heatmaps_share_one_colour_range_and_reverse_it_for_errors():
     assert all(m.get_clim() == pytest.approx((lo, hi)) for m in meshes)
     traces = [t for t in render_plotly(data).data if t.type == "heatmap"]
     assert all(t.reversescale and (t.zmin, t.zmax) == pytest.approx((lo, hi)) for t in traces)
+
+
+def test_the_mosaic_glyph_is_the_letter_f_moved_by_neros_elements():
+    from orbitscope.viz.mosaic import F_GLYPH, element_glyph
+
+    c = np.zeros((7, 7), dtype=bool)
+    c[:, 1:6] = F_GLYPH
+    # NERO's D4 order (seeds.md): id, anti-diagonal flip (x, y) -> (-y, -x), rot90 counter-clockwise,
+    # horizontal flip, rot180, diagonal flip (transpose), rot270, vertical flip; as displayed, row 0 on top
+    want = [c, c[::-1, ::-1].T, np.rot90(c, 1), c[:, ::-1], np.rot90(c, 2), c.T, np.rot90(c, 3), c[::-1]]
+    for e in range(16):
+        np.testing.assert_array_equal(element_glyph(e), want[e % 8], err_msg=f"element {e}")
+    assert len({element_glyph(e).tobytes() for e in range(8)}) == 8  # all eight glyphs differ

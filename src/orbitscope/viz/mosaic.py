@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
+from matplotlib.colors import ListedColormap, Normalize
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -32,7 +32,7 @@ from ..analysis.nero import D4_NAMES, NeroData
 from ..group import NERO_MOSAIC  # NERO's 4×4 mosaic, row by row: the element index shown in each cell
 from .colour_scale import colour_scale
 
-__all__ = ["NERO_MOSAIC", "D4_MOSAIC", "SHORT_NAMES", "element_name", "mosaic_cells", "element_values",
+__all__ = ["NERO_MOSAIC", "D4_MOSAIC", "SHORT_NAMES", "F_GLYPH", "element_glyph", "element_name", "mosaic_cells", "element_values",
            "cell_extent", "render_mosaic", "render_mosaic_plotly"]
 
 #: The middle two columns: the mosaic of a plain D4 orbit.
@@ -43,6 +43,33 @@ SHORT_NAMES = ("id", "anti-diag", "rot90", "h-flip", "rot180", "diag", "rot270",
 _SHAPES = {("time_reversed", "d4"): (2, 8), ("d4",): (8,)}
 _PAD = 0.04  # gap around a cell's content (data units; a cell is 1 × 1)
 _LABEL = 0.2  # strip at the top of a map cell for its label
+
+
+#: the letter "F" (7 × 5, row 0 at the top): no symmetry of the square maps it to itself, so
+#: its transformed copy shows which element a cell is
+F_GLYPH = np.array([[1, 1, 1, 1, 1],
+                    [1, 0, 0, 0, 0],
+                    [1, 1, 1, 1, 0],
+                    [1, 0, 0, 0, 0],
+                    [1, 0, 0, 0, 0],
+                    [1, 0, 0, 0, 0],
+                    [1, 0, 0, 0, 0]], dtype=bool)
+
+
+def element_glyph(index: int) -> np.ndarray:
+    """The letter "F" moved by element ``index`` (0..15) as an image is moved (the same action
+    the engine applies to inputs, on a 7 × 7 canvas, row 0 at the top); time reversal does not
+    move pixels, so elements 8..15 give the glyphs of 0..7 (their cells say "(T)")."""
+    import torch
+
+    from ..group.parse import parse_orbit
+    from ..kinds.base import get_kind
+
+    canvas = np.zeros((7, 7), dtype=np.float32)
+    canvas[:, 1:6] = F_GLYPH
+    t = parse_orbit("d4xt").transforms()[[int(index) % 16]]
+    moved = get_kind("image").act(torch.from_numpy(canvas)[None, None], t, layout="paired", interpolation="nearest")
+    return moved[0, 0].numpy() > 0.5
 
 
 def element_name(index: int, short: bool = False) -> str:
@@ -133,8 +160,12 @@ def render_mosaic(data: NeroData) -> Figure:
                     ax.text(c + 0.5, r + (_LABEL + _PAD) / 2, name, ha="center", va="center", fontsize=6.5)
                 else:
                     colour = _text_colour(cmap(norm(vals[e]))) if np.isfinite(vals[e]) else "black"
-                    ax.text(c + 0.5, r + 0.5, f"{name}\n{vals[e]:.3g}", ha="center", va="center", fontsize=7,
+                    ax.text(c + 0.5, r + 0.62, f"{name}\n{vals[e]:.3g}", ha="center", va="center", fontsize=7,
                             color=colour)
+                    glyph = np.ma.masked_where(~element_glyph(e), np.ones((7, 7)))  # the element, readable
+                    g = ax.imshow(glyph, cmap=ListedColormap([colour]), vmin=0, vmax=1, interpolation="nearest",
+                                  extent=(c + 0.38, c + 0.62, r + 0.36, r + 0.12), aspect="auto")
+                    g.set_gid(f"glyph {e}")
         if marked is not None:
             _, r, c = marked
             ax.add_patch(Rectangle((c + _PAD / 2, r + _PAD / 2), 1 - _PAD, 1 - _PAD, fill=False, ec="red", lw=2.2))
@@ -147,7 +178,7 @@ def render_mosaic(data: NeroData) -> Figure:
             spine.set_visible(False)
         ax.set_title(s.label, fontsize=10)
         if nc == 4:
-            ax.set_xlabel("middle columns: D4; outer columns: time reversed (T)", fontsize=7)
+            ax.set_xlabel("middle: D4 · outer: time reversed (T) · F: the element", fontsize=7)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), label=data.metric_label, shrink=0.85)
     return fig
 
