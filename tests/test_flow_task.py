@@ -79,3 +79,12 @@ def test_bad_outputs_and_options_say_what_to_do():
     with pytest.raises(osc.errors.ModelError, match=r"\(batch, 2, H, W\)"):
         Flow().read_outputs(torch.zeros(2, 3, 4, 4))
     assert Flow.from_spec(Flow(maps=("mae",), map_size=8).spec()) == Flow(maps=("mae",), map_size=8)
+
+
+def test_block_averaged_maps_live_beside_the_stored_input_pairs():
+    """Maps have their own dims: a 96-px pair stored as input beside a 48-px map (found in review)."""
+    frames, flows = _shift_pairs(n=2, size=96)
+    res = osc.evaluate(ShiftSearch(0.25), (frames, flows), parse_orbit("d4xt"), Flow(map_size=48),
+                       store_inputs=True).result
+    assert res.input.shape[-2:] == (96, 96) and res.epe_map.shape[-2:] == (48, 48)
+    np.testing.assert_allclose(res.epe_map.values, 0.25, atol=1e-5)

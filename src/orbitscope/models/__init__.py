@@ -3,6 +3,7 @@
 from .centre_detector import CentreDetector
 from .flow_cnn import FlowCNN
 from .equivariant import P4CNN, Symmetrized, symmetrize
+from .flow_estimators import DIS, Farneback, HornSchunck, OpenPIV  # cv2, openpiv imported lazily
 from .nero_cnn import NeroCNN
 from .reference import (
     ReferenceCNN,
@@ -20,4 +21,4 @@ from .torchvision_detectors import TORCHVISION_DETECTORS, torchvision_detector  
 
 __all__ = ["ARCHITECTURES", "CentreDetector", "FlowCNN", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
-           "TORCHVISION_DETECTORS", "torchvision_detector"]
+           "TORCHVISION_DETECTORS", "torchvision_detector", "Farneback", "DIS", "HornSchunck", "OpenPIV"]

@@ -123,7 +123,7 @@ class Flow(Task):
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         means = [Variable(name, "float32", description=desc, kind="real", lower_is_better=True, label=label, unit=unit)
                  for name, (label, unit, desc) in FLOW_METRICS.items()]
-        maps = [Variable(f"{name}_map", "float32", ("y", "x"), f"per-pixel {FLOW_METRICS[name][2]}",
+        maps = [Variable(f"{name}_map", "float32", ("map_y", "map_x"), f"per-pixel {FLOW_METRICS[name][2]}",
                          kind="real", lower_is_better=True, label=f"{FLOW_METRICS[name][0]} map",
                          unit=FLOW_METRICS[name][1]) for name in self.maps]
         return [*means, *maps]

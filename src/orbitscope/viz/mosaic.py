@@ -9,7 +9,7 @@ orbit draws only the middle two columns (a 4×2 grid).
 Each model gets one grid (side by side), all with one colour scale
 (:func:`~orbitscope.viz.colour_scale.colour_scale`). A cell is a flat colour when the values have
 no extra dims (aggregate: the mean; individual: the sample's value), or the cell's per-pixel map
-when they carry ``("y", "x")`` after the orbit dims (row 0 at the top, as images are displayed).
+when they carry two extra dims (y, x) after the orbit dims (row 0 at the top, as images are displayed).
 A selected element (``marker``) gets a red frame.
 
 :func:`render_mosaic` draws with matplotlib, :func:`render_mosaic_plotly` with plotly; both place
@@ -178,7 +178,7 @@ def render_mosaic(data: NeroData) -> Figure:
             spine.set_visible(False)
         ax.set_title(s.label, fontsize=10)
         if nc == 4:
-            ax.set_xlabel("middle: D4 · outer: time reversed (T) · F: the element", fontsize=7)
+            ax.set_xlabel("middle: D4 · outer: time reversed (T)" + ("" if maps else " · F: the element"), fontsize=7)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), label=data.metric_label, shrink=0.85)
     return fig
 
