@@ -88,3 +88,11 @@ def test_block_averaged_maps_live_beside_the_stored_input_pairs():
                        store_inputs=True).result
     assert res.input.shape[-2:] == (96, 96) and res.epe_map.shape[-2:] == (48, 48)
     np.testing.assert_allclose(res.epe_map.values, 0.25, atol=1e-5)
+
+
+def test_the_consensus_field_is_stored_and_is_the_truth_for_a_biased_estimator(tmp_path):
+    frames, flows = _shift_pairs(n=3, size=16)
+    res = osc.evaluate(ShiftSearch(0.5), (frames, flows), parse_orbit("d4xt"), Flow(), consensus=True,
+                       store=tmp_path).result
+    # the 16 biases mapped back cancel: the consensus field is the true uniform flow
+    np.testing.assert_allclose(res.consensus_flow.values, flows, atol=1e-5)

@@ -26,7 +26,8 @@ averaged to at most ``map_size`` pixels a side (NERO's mosaic draws them).
 
 Consensus (label-free, NERO's): the 16 estimates mapped back by g⁻¹ and averaged (repeated
 elements counted once), then moved by each element and scored as if it were the truth
-(``consensus_epe`` …). Self-consistency, not correctness.
+(``consensus_epe`` …); the consensus field itself is stored per sample (``consensus_flow``,
+canonical frame). Self-consistency, not correctness.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ class Flow(Task):
     output_kind = "flow"
     primary = "epe"
     supports_consensus = True
+    consensus_stored = {"consensus_flow": ("component", "flow_y", "flow_x")}
 
     def __post_init__(self) -> None:
         bad = [m for m in self.maps if m not in _MAPS]
@@ -127,6 +129,10 @@ class Flow(Task):
                          kind="real", lower_is_better=True, label=f"{FLOW_METRICS[name][0]} map",
                          unit=FLOW_METRICS[name][1]) for name in self.maps]
         return [*means, *maps]
+
+    def store_consensus(self, target: Tensor) -> dict[str, Any]:
+        """The consensus field of every sample (canonical frame, (2, H, W) u, v in px/frame)."""
+        return {"consensus_flow": target.detach().float().cpu().numpy()}
 
     def read_outputs(self, raw: Any) -> Tensor:
         """A flow tensor (B, 2, H', W'); a dict's ``flow``/``out`` entry; a tuple's first."""
