@@ -103,3 +103,13 @@ def test_the_key_object_sits_at_the_view_centre_at_shift_zero_and_moves_by_t(tmp
     np.testing.assert_allclose(iou[alone, zero[0], zero[1]], 1.0, atol=1e-6)
     assert np.nanmax(iou) == pytest.approx(1.0) and iou.shape == (len(data), 5, 5)
     assert res.confidence.values[:, zero[0], zero[1]].min() == pytest.approx(0.9)
+
+
+def test_a_coco_spec_with_a_sample_limit(tmp_path):
+    from orbitscope.data.coco import write_coco
+    from orbitscope.data.scenes import digit_scenes
+    from orbitscope.data.specs import parse_data_spec
+
+    write_coco(digit_scenes(4, size=128, seed=3), tmp_path / "ann.json", tmp_path / "images")
+    data = parse_data_spec(f"coco:{tmp_path / 'ann.json'}:{tmp_path / 'images'}@2")
+    assert len(data) == 2 and data.data_id.endswith("@2")

@@ -188,7 +188,9 @@ def test_test_registration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtin_data_specs_unchanged() -> None:
-    assert DATA_SPECS.names() == ["coco", "fashion-mnist", "folder", "idx", "mnist-subset", "npz"]  # coco: issue 13
+    # coco: issue 13; piv-synthetic and flow-folder: issue 14
+    assert DATA_SPECS.names() == ["coco", "fashion-mnist", "flow-folder", "folder", "idx", "mnist-subset", "npz",
+                                  "piv-synthetic"]
     with pytest.raises(SpecError, match="accepted forms: mnist-subset.*npz:PATH"):
         parse_data_spec("cifar10")
 

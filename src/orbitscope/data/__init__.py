@@ -1,8 +1,22 @@
 """Datasets and data specs: IDX files, the MNIST subset, Fashion-MNIST, image folders, arrays,
-COCO-format detection data."""
+COCO-format detection data, PIV pairs (synthetic and from folders, Middlebury .flo files)."""
 
 from .coco import DetectionSet, key_object_contexts, read_coco, write_coco
 from .scenes import digit_scenes
+from .piv import (
+    FLOW_TYPES,
+    FlowField,
+    FlowFolder,
+    ParticleOptions,
+    PIVPairs,
+    flow_field,
+    flow_folder,
+    particle_pair,
+    piv_synthetic,
+    read_flo,
+    render_particles,
+    write_flo,
+)
 
 from .datasets import (
     DATA_SPECS,
@@ -19,3 +33,5 @@ from .datasets import (
 
 __all__ = ["DetectionSet", "digit_scenes", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
            "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]
+__all__ += ["FLOW_TYPES", "FlowField", "FlowFolder", "ParticleOptions", "PIVPairs", "flow_field", "flow_folder",
+            "particle_pair", "piv_synthetic", "read_flo", "render_particles", "write_flo"]

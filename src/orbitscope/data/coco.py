@@ -86,15 +86,18 @@ class DetectionSet(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
-    def subset(self, index: Sequence[int]) -> "DetectionSet":
-        """The items at ``index`` (in that order); ``data_id`` records the selection."""
+    def subset(self, index: Sequence[int] | slice, data_id: str | None = None) -> "DetectionSet":
+        """The items at ``index`` (in that order, or a slice); ``data_id`` records the selection
+        (or is given)."""
+        if isinstance(index, slice):
+            index = range(len(self))[index]
         index = [int(i) for i in index]
         bad = [i for i in index if not 0 <= i < len(self)]
         if bad:
             raise DataError(f"subset indices {bad[:5]} are outside this set of {len(self)} items")
         contiguous = index == list(range(index[0], index[0] + len(index))) if index else True
         what = f"{index[0]}:{index[0] + len(index)}" if contiguous and index else ",".join(map(str, index))
-        return DetectionSet([self.items[i] for i in index], self.categories, f"{self.data_id}[{what}]")
+        return DetectionSet([self.items[i] for i in index], self.categories, data_id or f"{self.data_id}[{what}]")
 
     def image(self, i: int) -> np.ndarray:
         """Image ``i`` as uint8 (C, H, W)."""
