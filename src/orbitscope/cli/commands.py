@@ -354,7 +354,7 @@ def report(
 @friendly_errors
 def demo(
     cases: Optional[list[str]] = typer.Argument(None, help="Case studies to run (default: all): mnist, "
-                                                "fashion-mnist, ml4ml, detection."),
+                                                "fashion-mnist, ml4ml, detection, piv."),
     home: Optional[Path] = HomeOption,
     out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
     n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
@@ -362,17 +362,19 @@ def demo(
 ) -> None:
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
     ML4ML assessors on a small zoo; NERO's detection case study (our detector at 0 % vs 100 % jitter over
-    window shifts, OpenCV's detectors on real photos). Name cases to run only those, e.g.
+    window shifts, OpenCV's detectors on real photos); NERO's PIV case study (Farneback vs learned flow CNNs
+    over D4 x time reversal, and real pairs label-free). Name cases to run only those, e.g.
     `orbitscope demo detection`."""
     from ..demos.mnist import DEMO_CASES, run_demo
 
-    known = [c.name for c in DEMO_CASES] + ["ml4ml", "detection"]
+    known = [c.name for c in DEMO_CASES] + ["ml4ml", "detection", "piv"]
     unknown = [c for c in cases or [] if c not in known]
     if unknown:
         raise ValueError(f"unknown demo case(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     chosen = tuple(c for c in DEMO_CASES if not cases or c.name in cases)
     ml4ml = ml4ml and (not cases or "ml4ml" in cases)
     detection = not cases or "detection" in cases
+    piv = not cases or "piv" in cases
 
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -395,12 +397,23 @@ def demo(
             result.files.update(det.files)
             result.skipped.update({f"detection {k}": v for k, v in det.skipped.items()})
             result.seconds["training"] += det.seconds["training"]
+        if piv:
+            from ..demos.piv import run_piv_demo
+
+            flow_demo = run_piv_demo(home, out / "piv", status=status, progress=progress)
+            result.files.update(flow_demo.files)
+            result.skipped.update({f"piv {k}": v for k, v in flow_demo.skipped.items()})
+            result.seconds["training"] += flow_demo.seconds["training"]
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
     if detection:
         for part, rows in det.summaries.items():
             console.rule(f"detection: {part}")
+            _print_rows(rows)
+    if piv:
+        for part, rows in flow_demo.summaries.items():
+            console.rule(f"PIV: {part} (EPE, px)")
             _print_rows(rows)
     if result.ml4ml is not None:
         console.rule("ML4ML assessors (demo-sized zoo)")
