@@ -96,3 +96,18 @@ def test_the_consensus_field_is_stored_and_is_the_truth_for_a_biased_estimator(t
                        store=tmp_path).result
     # the 16 biases mapped back cancel: the consensus field is the true uniform flow
     np.testing.assert_allclose(res.consensus_flow.values, flows, atol=1e-5)
+
+
+def test_cli_evaluates_synthetic_pairs_over_the_16_elements(tmp_path):
+    from typer.testing import CliRunner
+
+    from orbitscope.cli.commands import app
+    from orbitscope.results.store import Store
+
+    out = CliRunner().invoke(app, ["evaluate", "--task", "flow", "--data", "piv-synthetic:n=4,size=32,seed=2",
+                                   "--orbit", "d4xt", "--model", "orbitscope.models.flow_estimators:Farneback",
+                                   "--consensus", "--home", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "EPE (px)" in out.output
+    res = Store(tmp_path).load(Store(tmp_path).runs()[0].run_id)
+    assert res.epe.dims == ("sample", "time_reversed", "d4") and "consensus_flow" in res.data
