@@ -50,6 +50,8 @@ class FlowKind(Kind):
     """Flow fields (B, 2, H, W) float; context options ``interpolation``, ``padding``."""
 
     name = "flow"
+    #: the ground-truth field of every sample (canonical frame), for the views
+    stored = {"target_flow": ("component", "flow_y", "flow_x")}
     shape_doc = "(B, 2, H, W)"
 
     def prepare(self, data: Any, device: torch.device) -> Tensor:
@@ -66,6 +68,10 @@ class FlowKind(Kind):
     def act(self, data: Tensor, t: Transforms, *, layout: Layout = "orbit", interpolation: Interpolation = "bilinear",
             padding: Padding = "zeros", **_: Any) -> Tensor:
         return transform_flow(data, t, layout=layout, interpolation=interpolation, padding=padding)
+
+    def store(self, data: Tensor) -> dict[str, np.ndarray]:
+        """The ground truth per sample, float32 (2, H, W) (NaN where unknown)."""
+        return {"target_flow": data.detach().float().cpu().numpy()}
 
 
 register_kind(FlowKind())

@@ -7,8 +7,8 @@ is better, how samples split into subsets (classes, flow types …), whether lab
 possible, and the detail panel (the transformed input and the model outputs at the selected
 element, and live re-evaluation at any element). Classification is implemented in
 :mod:`.classification`, detection (boxes over the context image at each shift) in
-:mod:`.detection`; the PIV 4×4 mosaic and point-cloud disks plug in the same way with
-:func:`register_view`.
+:mod:`.detection`, dense flow (PIV: the transformed pair, moved flow fields, EPE maps) in
+:mod:`.flow`; other tasks plug in the same way with :func:`register_view`.
 
 Views live in the registry :data:`VIEWS` (task kind -> view class). :func:`view_for` looks a run's
 ``task["kind"]`` up there and falls back to the generic :class:`TaskView` for kinds without a
@@ -161,4 +161,4 @@ def view_for(task_kind: str | None) -> TaskView:
     return TaskView()
 
 
-from . import classification, detection  # noqa: E402,F401  (register the built-in views; need the names above)
+from . import classification, detection, flow  # noqa: E402,F401  (register the built-in views; need the names above)
