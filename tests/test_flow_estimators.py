@@ -269,3 +269,15 @@ def test_inputs_that_are_not_pairs_are_refused(name):
     with pytest.raises(DataError):
         model(torch.rand(2, 48, 48))
     assert isinstance(DataError("x"), ValueError) and issubclass(DataError, osc.errors.OrbitscopeError)
+
+
+def test_review_fixes_uint8_pairs_and_blank_pairs():
+    from orbitscope.models.flow_estimators import grey_pairs
+
+    pair = (torch.arange(2 * 16, dtype=torch.uint8).reshape(1, 2, 1, 4, 4) * 7)
+    np.testing.assert_allclose(grey_pairs(pair).numpy(), pair[:, :, 0].numpy() / 255.0, rtol=1e-6)
+    pytest.importorskip("openpiv")
+    from orbitscope.models import OpenPIV
+
+    blank = OpenPIV()(torch.zeros(1, 2, 1, 64, 64))  # no texture: no vector, reported as no motion
+    assert torch.isfinite(blank).all() and float(blank.abs().max()) == 0.0

@@ -111,3 +111,42 @@ def test_cli_evaluates_synthetic_pairs_over_the_16_elements(tmp_path):
     assert "EPE (px)" in out.output
     res = Store(tmp_path).load(Store(tmp_path).runs()[0].run_id)
     assert res.epe.dims == ("sample", "time_reversed", "d4") and "consensus_flow" in res.data
+
+
+def test_review_fixes_flow_outside_the_field_resampled_consensus_and_unlabelled_training(tmp_path):
+    """Found in review: ground truth moved in from outside the field is unknown (NaN), not zero;
+    an estimator at half resolution works with consensus; NaN ground truth does not train."""
+    from orbitscope.kinds import get_kind
+
+    field = torch.zeros(1, 2, 32, 48)
+    field[:, 0], field[:, 1] = 1.5, 0.5
+    turned = get_kind("flow").act(field, parse_orbit("d4xt").transforms()[[2]], layout="paired")  # rot90
+    known = torch.isfinite(turned[0, 0])
+    assert (~known).any() and known.any()
+    np.testing.assert_allclose(turned[0, :, known].T.numpy(), [[0.5, -1.5]] * int(known.sum()), atol=1e-6)
+
+    class Half(torch.nn.Module):
+        def forward(self, frames):
+            return ShiftSearch()(frames)[:, :, ::2, ::2] / 2  # the same motion in half-resolution pixels
+
+    frames, flows = _shift_pairs(n=2, size=16)
+    res = osc.evaluate(Half(), (frames, flows), parse_orbit("d4xt"), Flow(), consensus=True).result
+    np.testing.assert_allclose(res.epe.values, 0.0, atol=1e-6)
+    assert res.consensus_flow.shape[-2:] == (16, 16)
+    np.testing.assert_allclose(res.consensus_epe.values, 0.0, atol=1e-6)
+
+
+def test_training_skips_pixels_without_ground_truth(tmp_path):
+    from PIL import Image
+
+    from orbitscope.data.piv import write_flo
+    from orbitscope.training.flow import FlowRecipe, train_flow_model
+
+    frames, flows = _shift_pairs(n=3, size=16)
+    for i in range(3):
+        for k in (0, 1):
+            Image.fromarray((frames[i, k, 0] * 255).astype(np.uint8)).save(tmp_path / f"p{i}_img{k + 1}.png")
+        if i:  # pair 0 has no ground truth
+            write_flo(tmp_path / f"p{i}_flow.flo", flows[i])
+    model, info = train_flow_model(FlowRecipe(data=f"flow-folder:{tmp_path}", epochs=1, batch_size=3, width=4))
+    assert np.isfinite(info["first_loss"]) and all(torch.isfinite(p).all() for p in model.parameters())

@@ -385,3 +385,18 @@ def test_flow_folder(tmp_path) -> None:
         piv.flow_folder(empty)
     with pytest.raises(FileNotFoundError):
         piv.flow_folder(tmp_path / "missing")
+
+
+def test_a_recursive_folder_has_its_own_data_id(tmp_path):
+    from PIL import Image
+
+    from orbitscope.data.piv import flow_folder
+    from orbitscope.data.specs import parse_data_spec
+
+    (tmp_path / "sub").mkdir()
+    for folder in (tmp_path, tmp_path / "sub"):
+        for k in (1, 2):
+            Image.fromarray(np.full((8, 8), 40 * k, np.uint8)).save(folder / f"p_img{k}.png")
+    flat, deep = flow_folder(tmp_path), flow_folder(tmp_path, recursive=True)
+    assert (len(flat), len(deep)) == (1, 2) and flat.data_id != deep.data_id
+    assert len(parse_data_spec(deep.data_id)) == 2

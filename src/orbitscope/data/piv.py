@@ -838,7 +838,7 @@ class FlowFolder(Dataset):
                             f"(or <stem>_a / <stem>_b; ext one of {', '.join(FRAME_EXTENSIONS)}), ground truth "
                             "optionally in <stem>_flow.flo")
         self.items = items
-        self.data_id = f"flow-folder:{self.root}"
+        self.data_id = f"flow-folder:{self.root}" + (",recursive" if recursive else "")
         self._ref: tuple[int, int] | None = None
 
     def __len__(self) -> int:
@@ -896,9 +896,10 @@ def flow_folder(path: PathLike, recursive: bool = False) -> FlowFolder:
 
 def _flow_folder_spec(rest: str) -> FlowFolder:
     if not rest:
-        raise SpecError("expected flow-folder:PATH (a folder of <stem>_img1.<ext>, <stem>_img2.<ext> "
+        raise SpecError("expected flow-folder:PATH[,recursive] (a folder of <stem>_img1.<ext>, <stem>_img2.<ext> "
                         "[, <stem>_flow.flo])")
-    return FlowFolder(rest)
+    recursive = rest.endswith(",recursive")
+    return FlowFolder(rest[: -len(",recursive")] if recursive else rest, recursive)
 
 
-register_data_spec("flow-folder", _flow_folder_spec, usage="flow-folder:PATH")
+register_data_spec("flow-folder", _flow_folder_spec, usage="flow-folder:PATH[,recursive]")

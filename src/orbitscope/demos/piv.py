@@ -210,8 +210,8 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
         for name, model in models.items():
             say(f"evaluating {name} on {len(real_names)} real pairs × {orbit.size} elements (consensus)")
             runs.append(evaluate(model, data, orbit, Flow(), consensus=True, store_inputs=True, store=store,
-                                 name=f"{name}-real", model_name=name, data_id="real-pairs:" + "+".join(real_names),
-                                 optimize=name != "farneback", progress=progress))
+                                 name=f"{name}-real", model_name=name, optimize=name != "farneback",
+                                 progress=progress))
         demo.runs["real"] = runs
         demo.summaries["real"] = element_rows(runs, names, "consensus_epe")
         results = [r.result for r in runs]

@@ -77,8 +77,9 @@ def _check_pairs(x: Any) -> Tensor:
 
 def grey_pairs(x: Tensor) -> Tensor:
     """Image pairs (B, 2, C, H, W) -> grey float32 pairs (B, 2, H, W) in [0, 1], on x's device
-    (ITU-R BT.601 luma for RGB, of values clamped to [0, 1])."""
-    x = _check_pairs(x).detach().float().clamp(0, 1)
+    (ITU-R BT.601 luma for RGB, of values clamped to [0, 1]; uint8 pairs are divided by 255)."""
+    x = _check_pairs(x).detach()
+    x = (x.float() / 255.0 if x.dtype == torch.uint8 else x.float()).clamp(0, 1)  # uint8 frames: 0..255
     if x.shape[2] == 1:
         return x[:, :, 0]
     return 0.299 * x[:, :, 0] + 0.587 * x[:, :, 1] + 0.114 * x[:, :, 2]
@@ -339,7 +340,7 @@ class OpenPIV(nn.Module):
     2. ``validation.sig2noise_val(s2n, sig2noise_threshold)`` (plus non-finite vectors) flags
        outliers, ``filters.replace_outliers(..., method=outlier_method, max_iter, kernel_size)``
        replaces them; a vector still missing after that takes the value of the nearest valid
-       one (all NaN if no vector is valid);
+       one (zero everywhere if no vector is valid, e.g. a blank pair: no motion found);
     3. the vector grid, placed at the window centres (pixel index coordinates, pixel (0, 0) at
        (0, 0): start + (search_area_size − 1) / 2; OpenPIV's ``get_coordinates(...,
        center_on_field=False)`` gives them in pixel-edge coordinates, half a pixel more), is
@@ -396,8 +397,8 @@ class OpenPIV(nn.Module):
                                            kernel_size=self.outlier_kernel_size)
         u, v = np.ma.getdata(u).astype(np.float64), np.ma.getdata(v).astype(np.float64)
         bad = ~(np.isfinite(u) & np.isfinite(v))
-        if bad.all():
-            return np.full_like(u, np.nan), np.full_like(v, np.nan)
+        if bad.all():  # a featureless pair: no vector at all; report no motion rather than abort the run
+            return np.zeros_like(u), np.zeros_like(v)
         if bad.any():
             from scipy.ndimage import distance_transform_edt
 

@@ -130,6 +130,13 @@ class Flow(Task):
                          unit=FLOW_METRICS[name][1]) for name in self.maps]
         return [*means, *maps]
 
+    def canonicalize(self, outputs: Tensor, g: Transforms, **context: Any) -> Tensor:
+        """Estimates resampled to the input's resolution (as scored), then mapped back by g⁻¹."""
+        size = context.get("image_size")
+        if size is not None:
+            outputs = _resample(outputs.float(), (int(size[0]), int(size[1])))
+        return super().canonicalize(outputs, g, **context)
+
     def store_consensus(self, target: Tensor) -> dict[str, Any]:
         """The consensus field of every sample (canonical frame, (2, H, W) u, v in px/frame)."""
         return {"consensus_flow": target.detach().float().cpu().numpy()}

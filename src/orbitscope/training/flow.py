@@ -7,7 +7,8 @@ every batch, one of NERO's 16 elements of D4 × time reversal uniformly and appl
 (frames turned or mirrored, swapped under time reversal) and to its flow (vectors turned or
 mirrored, negated under time reversal) through the same actions the evaluation uses, so the
 model sees the group's orbit; ``augment="none"`` trains on the pairs as they are. Loss: the mean
-endpoint error over pixels (robust to the heavy tails of turbulent fields). Adam, fixed epochs.
+endpoint error over the pixels with ground truth (NaN pixels and unlabelled pairs are skipped;
+robust to the heavy tails of turbulent fields). Adam, fixed epochs.
 
 Models are cached by :func:`cached_flow_model` under ``<cache>/<name>-<key>.safetensors`` (the key
 hashes the recipe), like the classification and detection recipes.
@@ -98,7 +99,13 @@ def train_flow_model(recipe: FlowRecipe, progress: ProgressFn | None = None) -> 
             frames, flow = all_frames[idx], all_flows[idx]
             if recipe.augment == "d4xt":
                 frames, flow = augment_pairs(frames, flow, group)
-            loss = (model(frames) - flow).norm(dim=1).mean()
+            known = torch.isfinite(flow).all(1)  # pixels without ground truth (NaN) do not train
+            if not bool(known.any()):
+                continue
+            pred = model(frames)
+            # unknown pixels get the prediction itself as target: zero error and zero gradient there
+            err = (pred - torch.where(torch.isfinite(flow), flow, pred.detach())).norm(dim=1)
+            loss = err.mean() if bool(known.all()) else err[known].mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
