@@ -56,7 +56,13 @@ def _selected_sample(pg: Any) -> int:
     return int(re.match(r"sample (\d+)", text).group(1))
 
 
-def _individual_title(pg: Any) -> str:
+def _individual_title(pg: Any, expect: str | None = None) -> str:
+    """The individual plot's title; with ``expect``, once it contains that text (the plot
+    redraws after the detail panel, so wait for it rather than read it once)."""
+    if expect is not None:
+        pg.wait_for_function("(want) => { const g = document.querySelector('#individual .js-plotly-plot');"
+                             " return g && g.layout && g.layout.title && g.layout.title.text.includes(want); }",
+                             arg=expect)
     return pg.evaluate("document.querySelector('#individual .js-plotly-plot').layout.title.text")
 
 
@@ -99,7 +105,7 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     target = int(np.argmax(dist.min(axis=1)))  # sample ids are 0..59 in point order
     page.mouse.click(*xy[target])
     _wait_text(page, "#detail-title", rf"^sample {target} · label {int(ref.label.sel(sample=target))}")
-    assert f"sample {target}:" in _individual_title(page)
+    assert f"sample {target}:" in _individual_title(page, f"sample {target}:")
     k = rankings[0].rank_of(target)
     _wait_text(page, slot("rank-label", 0), rf"^{k}/60$")
     _wait_text(page, slot("rank-label", 1), rf"^{rankings[1].rank_of(target)}/60$")  # linked slider
