@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +29,6 @@ import numpy as np
 
 from ..data.photos import FACES, PEOPLE, opencv_examples_available, photo_contexts
 from ..engine.evaluation import Run, evaluate
-from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
 from ..group.parse import parse_orbit
 from ..results.result import dataset_metrics
 from ..results.store import Store
@@ -39,6 +37,7 @@ from ..tasks.detection import Detection
 from ..training.detection import DetectorRecipe, cached_detector, detection_training_data, detector_cache_path
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
+from .common import CaseResult, train_missing
 
 __all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "headline_rows"]
 
@@ -52,32 +51,14 @@ PEOPLE_ORBIT, PEOPLE_VIEW = "window-shift:-30:30:6", 192
 FACES_ORBIT, FACES_VIEW = "window-shift:-16:14:2", 128
 
 
-@dataclass
-class DetectionDemo:
-    runs: dict[str, list[Run]] = field(default_factory=dict)
-    summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    files: dict[str, Path] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
+#: the detection demo's result (runs, summaries and files per part)
+DetectionDemo = CaseResult
 
 
 def _train_one(recipe: DetectorRecipe, cache_dir: str) -> str:
     """Executor job: train one detector into the cache; returns its name."""
     cached_detector(recipe, cache_dir)
     return recipe.name
-
-
-def _train_missing(cache: Path, say: Callable[[str], None]) -> float:
-    missing = [r for r in DETECTORS.values() if not detector_cache_path(r, cache).is_file()]
-    if not missing:
-        return 0.0
-    t0 = time.perf_counter()
-    say(f"training {len(missing)} detector(s){', two at a time' if len(missing) > 1 else ''}: "
-        f"{', '.join(r.name for r in missing)}")
-    runner: Executor = LocalExecutor() if len(missing) == 1 else ProcessExecutor(workers=2, threads=1)
-    for _, name in runner.map(_train_one, missing, str(cache)):
-        say(f"trained {name}")
-    return time.perf_counter() - t0
 
 
 def _nan_stats(a: np.ndarray) -> tuple[float, float]:
@@ -125,7 +106,8 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     cache = store.home / "models"
     out = Path(out_dir)
     demo = DetectionDemo()
-    demo.seconds["training"] = _train_missing(cache, say)
+    missing = [r for r in DETECTORS.values() if not detector_cache_path(r, cache).is_file()]
+    demo.seconds["training"] = train_missing(missing, _train_one, cache, "detector", say)
 
     recipe = next(iter(DETECTORS.values()))
     test = detection_training_data(DetectorRecipe(scenes=400, seed=1, view=recipe.view, max_shift=recipe.max_shift),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +26,6 @@ import torch
 from ..data.photos import OPENCV_EXAMPLES
 from ..data.specs import parse_data_spec
 from ..engine.evaluation import Run, evaluate
-from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
 from ..errors import DataError
 from ..group.parse import parse_orbit
 from ..models.equivariant import symmetrize
@@ -37,6 +35,7 @@ from ..tasks.flow import Flow
 from ..training.flow import FlowRecipe, cached_flow_model, flow_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
+from .common import CaseResult, train_missing
 
 __all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "real_pairs", "element_rows"]
 
@@ -50,31 +49,14 @@ TEST_DATA = "piv-synthetic:n=48,size=64,seed=1"
 REAL_SIZE = 128
 
 
-@dataclass
-class PIVDemo:
-    runs: dict[str, list[Run]] = field(default_factory=dict)
-    summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    files: dict[str, Path] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
+#: the PIV demo's result (runs, summaries and files per part)
+PIVDemo = CaseResult
 
 
 def _train_one(recipe: FlowRecipe, cache_dir: str) -> str:
+    """Executor job: train one flow model into the cache; returns its name."""
     cached_flow_model(recipe, cache_dir)
     return recipe.name
-
-
-def _train_missing(cache: Path, say: Callable[[str], None]) -> float:
-    missing = [r for r in FLOW_RECIPES.values() if not flow_cache_path(r, cache).is_file()]
-    if not missing:
-        return 0.0
-    t0 = time.perf_counter()
-    say(f"training {len(missing)} flow model(s){', two at a time' if len(missing) > 1 else ''}: "
-        f"{', '.join(r.name for r in missing)}")
-    runner: Executor = LocalExecutor() if len(missing) == 1 else ProcessExecutor(workers=2, threads=1)
-    for _, name in runner.map(_train_one, missing, str(cache)):
-        say(f"trained {name}")
-    return time.perf_counter() - t0
 
 
 def element_rows(runs: list[Run], names: list[str], metric: str = "epe") -> list[dict[str, Any]]:
@@ -170,7 +152,8 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
     cache = store.home / "models"
     out = Path(out_dir)
     demo = PIVDemo()
-    demo.seconds["training"] = _train_missing(cache, say)
+    missing = [r for r in FLOW_RECIPES.values() if not flow_cache_path(r, cache).is_file()]
+    demo.seconds["training"] = train_missing(missing, _train_one, cache, "flow model", say)
     models: dict[str, torch.nn.Module] = {"farneback": Farneback()}
     for name, recipe in FLOW_RECIPES.items():
         models[name] = cached_flow_model(recipe, cache)[0]
