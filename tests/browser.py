@@ -53,3 +53,27 @@ def chromium_page() -> Iterator[Any]:
             yield pg
         finally:
             browser.close()
+
+
+def shot(pg: Any, folder: Path, name: str) -> Path:
+    """A full-page screenshot ``<folder>/<name>.png``, copied to ``$ORBITSCOPE_SCREENSHOT_DIR``
+    when that is set."""
+    import os
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=True)
+    extra = os.environ.get("ORBITSCOPE_SCREENSHOT_DIR")
+    if extra:
+        Path(extra).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(extra) / path.name)
+    return path
+
+
+def wait_text(pg: Any, selector: str, pattern: str) -> str:
+    """Wait until the element's text matches ``pattern`` (a regex); return the text."""
+    handle = pg.wait_for_function("([sel, pat]) => { const e = document.querySelector(sel);"
+                                  " return e && new RegExp(pat).test(e.textContent) && e.textContent; }",
+                                  arg=[selector, pattern])
+    return handle.json_value()

@@ -10,9 +10,7 @@ detection store of :mod:`test_app_detection`. Screenshots go to the test's tempo
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,7 +20,7 @@ import pytest
 import orbitscope as osc
 from orbitscope.results.store import Store
 
-from browser import chromium_page, needs_chromium, served as served_app, slot
+from browser import chromium_page, needs_chromium, served as served_app, shot, slot, wait_text
 from helpers import TinyNet
 from test_app_detection import OFFSET, build_detection_store
 
@@ -45,23 +43,6 @@ def page(served: Any) -> Iterator[Any]:
         yield pg
 
 
-def _shot(pg: Any, folder: Path, name: str) -> None:
-    """A full-page screenshot in ``folder`` and in ``$ORBITSCOPE_SCREENSHOT_DIR`` when set."""
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=True)
-    extra = os.environ.get("ORBITSCOPE_SCREENSHOT_DIR")
-    if extra:
-        Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / path.name)
-
-
-def _wait_text(pg: Any, selector: str, pattern: str) -> str:
-    """Wait until the element's text matches ``pattern`` (a regex); return the text."""
-    handle = pg.wait_for_function("([sel, pat]) => { const e = document.querySelector(sel);"
-                                  " return e && new RegExp(pat).test(e.textContent) && e.textContent; }",
-                                  arg=[selector, pattern])
-    return handle.json_value()
 
 
 def _cell_centre(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
@@ -109,11 +90,11 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
     gt = store.load(ids["bright-box"]).target_boxes.values[:, 0].astype(float)
 
     page.goto(url)
-    _wait_text(page, "#detail-title", r"^sample \d+ · label \d")  # the classification group first
+    wait_text(page, "#detail-title", r"^sample \d+ · label \d")  # the classification group first
     page.click("#group")
     page.locator("[role=option]", has_text="bright-boxes").click()
-    _wait_text(page, slot("panel-title", 1), r"^centre-biased$")
-    title = _wait_text(page, "#detail-title", r"^sample \d+ · 1 object \(class \d\) · tx 0, ty 0$")
+    wait_text(page, slot("panel-title", 1), r"^centre-biased$")
+    title = wait_text(page, "#detail-title", r"^sample \d+ · 1 object \(class \d\) · tx 0, ty 0$")
     sample = int(re.match(r"sample (\d+)", title).group(1))
     page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.type === 'heatmap'); }")
@@ -123,8 +104,8 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
 
     # click the heat-map cell (tx 4, ty -8) of the first model: that shift is selected everywhere
     page.mouse.click(*_cell_centre(page, "#aggregate", 4, -8))
-    _wait_text(page, "#detail-title", rf"^sample {sample} · 1 object \(class \d\) · tx 4, ty -8$")
-    _wait_text(page, "#live-title", r"tx 4, ty -8$")  # the live sliders jump to the shift
+    wait_text(page, "#detail-title", rf"^sample {sample} · 1 object \(class \d\) · tx 4, ty -8$")
+    wait_text(page, "#live-title", r"tx 4, ty -8$")  # the live sliders jump to the shift
     page.wait_for_selector("#detail-table-0 tbody tr")
     rows = _table_rows(page, "#detail-table-0")
     assert rows == [["rank", "class", "confidence", "IoU (GT)", "IoU (consensus)"], ["1", "1", "0.900", "1.000", "1.000"]]
@@ -137,13 +118,13 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
         np.testing.assert_allclose(box["box"], gt[sample], atol=1e-4)
     drawn = _drawn(page, "#detail-boxes-0")
     assert drawn["images"] >= 1 and drawn["lines"] == 4 and drawn["shapes"] >= 1 and drawn["legend"] == 4
-    _shot(page, shots, "detection-1-cell")
+    shot(page, shots, "detection-1-cell")
 
     # live re-evaluation between the grid's shifts (step 4), typed into the live tx control (whole
     # pixels): the equivariant detector's box drawn in the context is again the truth, IoU 1
     field = page.locator(slot("live", 0) + " input")
     field.fill("3")
-    _wait_text(page, "#live-title", r"· tx 3, ty -8$")
+    wait_text(page, "#live-title", r"· tx 3, ty -8$")
     page.wait_for_function("() => { const g = document.querySelector('#live-boxes-0 .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.meta && t.meta.role === 'prediction'); }")
     live = {m.get("role"): m for m in _boxes(page, "#live-boxes-0")}
@@ -153,6 +134,6 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
     assert head == ["rank", "class", "confidence", "IoU (GT)", "IoU (consensus)"] and row[:3] == ["1", "1", "0.900"]
     assert float(row[3]) == pytest.approx(1.0, abs=1e-3)
     assert "centre-biased: model not loadable: stored values only" in page.inner_text("#detail-live")
-    _shot(page, shots, "detection-2-live")
+    shot(page, shots, "detection-2-live")
     assert not page.server_errors  # type: ignore[attr-defined]
     assert len(list(shots.glob("*.png"))) == 2

@@ -10,9 +10,7 @@ Store: a small classification run (so that the flow group has to be chosen) and 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,7 +20,7 @@ import pytest
 import orbitscope as osc
 from orbitscope.group import NERO_MOSAIC
 
-from browser import chromium_page, needs_chromium, served as served_app, slot
+from browser import chromium_page, needs_chromium, served as served_app, shot, slot, wait_text
 from helpers import TinyNet
 from test_app_flow import build_flow_store
 
@@ -45,21 +43,6 @@ def page(served: Any) -> Iterator[Any]:
         yield pg
 
 
-def _shot(pg: Any, folder: Path, name: str) -> None:
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{name}.png"
-    pg.screenshot(path=str(path), full_page=True)
-    extra = os.environ.get("ORBITSCOPE_SCREENSHOT_DIR")
-    if extra:
-        Path(extra).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(extra) / path.name)
-
-
-def _wait_text(pg: Any, selector: str, pattern: str) -> str:
-    handle = pg.wait_for_function("([sel, pat]) => { const e = document.querySelector(sel);"
-                                  " return e && new RegExp(pat).test(e.textContent) && e.textContent; }",
-                                  arg=[selector, pattern])
-    return handle.json_value()
 
 
 def _point(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
@@ -106,11 +89,11 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     url, home, ids, uv = served
     shots = tmp_path / "shots"
     page.goto(url)
-    _wait_text(page, "#detail-title", r"^sample \d+ · label \d")  # the classification group first
+    wait_text(page, "#detail-title", r"^sample \d+ · label \d")  # the classification group first
     page.click("#group")
     page.locator("[role=option]", has_text="shift-pairs").click()
-    _wait_text(page, slot("panel-title", 1), r"^ramp$")
-    title = _wait_text(page, "#detail-title", r"^sample \d+ · time forward, identity$")
+    wait_text(page, slot("panel-title", 1), r"^ramp$")
+    title = wait_text(page, "#detail-title", r"^sample \d+ · time forward, identity$")
     sample = int(re.match(r"sample (\d+)", title).group(1))
     page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.type === 'heatmap'); }")
@@ -121,8 +104,8 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     element = 10
     r, c = np.argwhere(np.array(NERO_MOSAIC) == element)[0]
     page.mouse.click(*_point(page, "#aggregate", c + 0.5, r + 0.5))
-    _wait_text(page, "#detail-title", rf"^sample {sample} · time reversed, rot90$")
-    _wait_text(page, "#live-title", r"· time reversed, rot90$")  # the live controls jump to the element
+    wait_text(page, "#detail-title", rf"^sample {sample} · time reversed, rot90$")
+    wait_text(page, "#live-title", r"· time reversed, rot90$")  # the live controls jump to the element
     for k in (0, 1):
         page.wait_for_selector(f"#detail-pair-{k}")
         assert page.locator(f"#detail-pair-{k}").get_attribute("src").startswith("data:image/png;base64,")
@@ -141,7 +124,7 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
             _drawn_images(page, f"#detail-epe-{i}") >= 1
         assert re.search(r"EPE \d\.\d{3} px · RMSE", page.inner_text(f"#detail-metrics-{i}"))
     _wait_graph(page, "#live-flow-0", "quiver")
-    _shot(page, shots, "flow-1-cell")
+    shot(page, shots, "flow-1-cell")
 
     # live re-evaluation at another element: the d4 control (8 named marks) moved from rot90 two
     # steps on, to rot180, with the keyboard (time still reversed)
@@ -150,7 +133,7 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     thumb.focus()
     thumb.press("ArrowRight")
     thumb.press("ArrowRight")
-    _wait_text(page, "#live-title", r"· time reversed, rot180$")
+    wait_text(page, "#live-title", r"· time reversed, rot180$")
     page.wait_for_function("() => { const g = document.querySelector('#live-flow-0 .js-plotly-plot');"
                            " return g && g.layout && g.layout.meta && g.data.some(t => t.meta && t.meta.role === 'quiver'"
                            " && Math.abs(t.meta.u[0] - (%r)) < 1e-4 && Math.abs(t.meta.v[0] - (%r)) < 1e-4); }"
@@ -164,6 +147,6 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     assert page.locator("#live-pair-0").count() == 1 and page.locator("#live-pair-1").count() == 1
     # the stored panel still shows the clicked element
     assert page.inner_text("#detail-title").endswith("time reversed, rot90")
-    _shot(page, shots, "flow-2-live")
+    shot(page, shots, "flow-2-live")
     assert not page.server_errors  # type: ignore[attr-defined]
     assert len(list(shots.glob("*.png"))) == 2
