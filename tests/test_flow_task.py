@@ -120,10 +120,13 @@ def test_review_fixes_flow_outside_the_field_resampled_consensus_and_unlabelled_
 
     field = torch.zeros(1, 2, 32, 48)
     field[:, 0], field[:, 1] = 1.5, 0.5
-    turned = get_kind("flow").act(field, parse_orbit("d4xt").transforms()[[2]], layout="paired")  # rot90
-    known = torch.isfinite(turned[0, 0])
-    assert (~known).any() and known.any()
-    np.testing.assert_allclose(turned[0, :, known].T.numpy(), [[0.5, -1.5]] * int(known.sum()), atol=1e-6)
+    g = parse_orbit("d4xt").transforms()[[2]]  # rot90 of a non-square field: a strip comes from outside
+    turned = get_kind("flow").act(field, g, layout="paired")  # zero-padded there
+    right = torch.zeros_like(turned)
+    right[:, 0], right[:, 1] = 0.5, -1.5  # the turned uniform field, everywhere
+    got = Flow().score(right, turned, g)
+    assert float(got["epe"][0]) == pytest.approx(0.0, abs=1e-6)  # the padded strip is not scored
+    assert torch.isnan(got["epe_map"][0]).any() and not torch.isnan(got["epe_map"][0]).all()
 
     class Half(torch.nn.Module):
         def forward(self, frames):

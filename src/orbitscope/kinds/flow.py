@@ -35,18 +35,11 @@ def transform_flow(
     """Flow fields (B, 2, H, W) with (u, v) in pixels per frame: warp the grid, rotate the vectors.
 
     ``F'(p) = L F(g⁻¹ p)``; time-reversed elements negate the field. Photometric parts do not act.
-    Pixels whose source lies (even partly) outside the field are NaN (unknown), whatever
-    ``padding`` says: a flow field has no value to pad with.
     """
     if flow.ndim != 4 or flow.shape[1] != 2:
         raise ValueError(f"flow must have shape (B, 2, H, W) with (u, v) channels, got {tuple(flow.shape)}")
     geo = Transforms.create(len(t), linear=t.linear, shift=t.shift)
     warped = warp_images(flow, geo, layout=layout, interpolation=interpolation, padding=padding, clip=False)
-    # pixels that come (even partly) from outside the field are unknown, whatever the padding:
-    # NaN, which the flow metrics skip (e.g. a quarter turn of a non-square field)
-    inside = warp_images(torch.ones_like(flow[:, :1]), geo, layout=layout, interpolation=interpolation,
-                         padding="zeros", clip=False)
-    warped = torch.where(inside > 1 - 1e-4, warped, torch.nan)
     lin = torch.as_tensor(t.linear * np.where(t.time_reversed, -1.0, 1.0)[:, None, None], dtype=flow.dtype, device=flow.device)
     if layout == "orbit":
         return torch.einsum("kij,kbjhw->kbihw", lin, warped)

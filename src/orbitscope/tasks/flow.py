@@ -9,7 +9,9 @@ Input: image pairs (B, 2, C, H, W) in [0, 1] (the ``frames`` kind). Output: a de
 (B, 2, H', W') of (u, v) in pixels per frame, u along +x, v along +y (down). An estimator that
 answers at another resolution is resampled bilinearly to the target's (H, W) and its vectors
 scaled by W / W' and H / H'. Target: the ground-truth field (B, 2, H, W); NaN marks pixels
-without ground truth (an unlabelled pair is all NaN), which every metric ignores.
+without ground truth (an unlabelled pair is all NaN), which every metric ignores, and so are
+pixels the element brings in from outside the field (a quarter turn of a non-square pair): the
+moved truth has no value there, whatever the run's padding.
 
 Error definitions, per pixel p, with Δ = (Δu, Δv) = estimate − truth:
 
@@ -72,6 +74,15 @@ def _resample(flow: Tensor, size: tuple[int, int]) -> Tensor:
     out = F.interpolate(flow, size=size, mode="bilinear", align_corners=False)
     scale = torch.tensor([size[1] / w, size[0] / h], dtype=flow.dtype, device=flow.device)
     return out * scale[None, :, None, None]
+
+
+def _inside(g: Transforms, like: Tensor) -> Tensor:
+    """(R, 1, H, W): the share of each pixel's source that lies inside the field under its row's
+    element (1 inside; below 1 where the element brings in pixels from outside)."""
+    from ..kinds.base import get_kind
+
+    ones = torch.ones(len(like), 1, *like.shape[-2:], dtype=like.dtype, device=like.device)
+    return get_kind("image").act(ones, g, layout="paired", padding="zeros")
 
 
 def _block_mean(maps: Tensor, size: int) -> Tensor:
@@ -157,6 +168,8 @@ class Flow(Task):
         if len(outputs) != len(targets):
             raise DataError(f"{len(outputs)} flow estimates but {len(targets)} targets")
         truth = targets.to(outputs.device).float()
+        if g is not None:  # truth moved in from outside the field (e.g. a quarter turn of a non-square pair) is unknown
+            truth = torch.where(_inside(g, truth) > 1 - 1e-4, truth, torch.nan)
         est = _resample(outputs.float(), tuple(truth.shape[-2:]))
         maps = flow_error_maps(est, truth)
         known = torch.isfinite(maps["epe"])
