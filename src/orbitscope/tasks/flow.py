@@ -46,7 +46,7 @@ from ..group.elements import Transforms
 from .base import Task, register_task
 from .variables import Variable
 
-__all__ = ["Flow", "FLOW_METRICS", "flow_error_maps"]
+__all__ = ["Flow", "FLOW_METRICS", "flow_error_maps", "resample_flow"]
 
 #: the metrics, in order: name -> (label, unit, description)
 FLOW_METRICS: dict[str, tuple[str, str, str]] = {
@@ -66,8 +66,9 @@ def flow_error_maps(estimate: Tensor, truth: Tensor) -> dict[str, Tensor]:
     return {"epe": sq.sqrt(), "mae": (d[:, 0].abs() + d[:, 1].abs()) / 2, "mse": sq / 2}
 
 
-def _resample(flow: Tensor, size: tuple[int, int]) -> Tensor:
-    """(R, 2, h, w) -> (R, 2, H, W): bilinear, vectors scaled to the new pixel size."""
+def resample_flow(flow: Tensor, size: tuple[int, int]) -> Tensor:
+    """(R, 2, h, w) -> (R, 2, H, W): bilinear, vectors scaled to the new pixel size (how the task
+    reads estimates made at another resolution)."""
     h, w = flow.shape[-2:]
     if (h, w) == tuple(size):
         return flow
@@ -145,7 +146,7 @@ class Flow(Task):
         """Estimates resampled to the input's resolution (as scored), then mapped back by g⁻¹."""
         size = context.get("image_size")
         if size is not None:
-            outputs = _resample(outputs.float(), (int(size[0]), int(size[1])))
+            outputs = resample_flow(outputs.float(), (int(size[0]), int(size[1])))
         return super().canonicalize(outputs, g, **context)
 
     def store_consensus(self, target: Tensor) -> dict[str, Any]:
@@ -170,7 +171,7 @@ class Flow(Task):
         truth = targets.to(outputs.device).float()
         if g is not None:  # truth moved in from outside the field (e.g. a quarter turn of a non-square pair) is unknown
             truth = torch.where(_inside(g, truth) > 1 - 1e-4, truth, torch.nan)
-        est = _resample(outputs.float(), tuple(truth.shape[-2:]))
+        est = resample_flow(outputs.float(), tuple(truth.shape[-2:]))
         maps = flow_error_maps(est, truth)
         known = torch.isfinite(maps["epe"])
         n = known.sum((1, 2)).float()

@@ -34,6 +34,7 @@ sources stores it yet: no subsets then).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -41,7 +42,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from dash import dcc, html
 from matplotlib.colors import hsv_to_rgb
 from torch import nn
@@ -52,7 +52,7 @@ from ...group.elements import Transforms
 from ...group.orbits import Orbit
 from ...kinds import get_kind
 from ...results.result import OrbitResult
-from ...tasks.flow import FLOW_METRICS, Flow, flow_error_maps
+from ...tasks.flow import FLOW_METRICS, Flow, resample_flow
 from ..state import describe_element, flat_index
 from . import DetailRequest, TaskView, register_view
 from .classification import png_data_uri
@@ -159,33 +159,6 @@ def _scale(*flows: np.ndarray | None) -> float:
     """A magnitude scale shared by ``flows`` (their largest |F|; 1 when all are zero)."""
     top = max([_magnitude(f) for f in flows] + [0.0])
     return top if top > 1e-12 else 1.0
-
-
-def _resample(flow: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """(R, 2, h, w) -> (R, 2, H, W) bilinearly, vectors scaled to the new pixel size (as the task
-    scores estimates at another resolution)."""
-    h, w = flow.shape[-2:]
-    if (h, w) == tuple(size):
-        return flow
-    out = F.interpolate(flow, size=size, mode="bilinear", align_corners=False)
-    scale = torch.tensor([size[1] / w, size[0] / h], dtype=flow.dtype)
-    return out * scale[None, :, None, None]
-
-
-def _block_mean(m: np.ndarray, size: int) -> np.ndarray:
-    """(H, W) -> block means (NaN-aware) so that no side exceeds ``size``."""
-    h, w = m.shape
-    k = max(1, -(-max(h, w) // int(size)))
-    if k == 1:
-        return m
-    hp, wp = -(-h // k) * k, -(-w // k) * k
-    padded = np.full((hp, wp), np.nan)
-    padded[:h, :w] = m
-    blocks = padded.reshape(hp // k, k, wp // k, k)
-    finite = np.isfinite(blocks)
-    count = finite.sum((1, 3))
-    total = np.where(finite, blocks, 0.0).sum((1, 3))
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 # --------------------------------------------------------------------------- drawing
@@ -535,21 +508,18 @@ class FlowView(TaskView):
                          what="the transformed pair")
         with call.evaluating():
             out = call(x)
-        est = _resample(out.detach().float().cpu(), tuple(x.shape[-2:]))
+        est = resample_flow(out.detach().float().cpu(), tuple(x.shape[-2:]))
         metrics: dict[str, float] = {}
         maps: dict[str, np.ndarray] = {}
+        with_map = dataclasses.replace(task, maps=("epe",))  # the run's scoring, and the EPE map to draw
         for prefix, field_ in (("", stored_truth(result, sample)), ("consensus_", consensus_field(result, sample))):
             if field_ is None:
                 continue
             target = torch.from_numpy(moved_flow(field_, t, result)).float()[None]
-            scored = task.score(est, target, t)
+            scored = with_map.score(est, target, t)
             for m in _METRICS:
                 metrics[prefix + m] = float(scored[m][0])
-            if "epe_map" in scored:
-                maps[prefix + "epe_map"] = scored["epe_map"][0].double().numpy()
-            else:
-                full = flow_error_maps(est, target)["epe"][0].double().numpy()
-                maps[prefix + "epe_map"] = _block_mean(full, int(task.map_size))
+            maps[prefix + "epe_map"] = scored["epe_map"][0].double().numpy()
         return LiveFlow(est[0].double().numpy(), metrics, maps)
 
     def live_detail(self, req: DetailRequest) -> list[Any]:
