@@ -77,3 +77,27 @@ def wait_text(pg: Any, selector: str, pattern: str) -> str:
                                   " return e && new RegExp(pat).test(e.textContent) && e.textContent; }",
                                   arg=[selector, pattern])
     return handle.json_value()
+
+
+def plot_point(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
+    """Page coordinates of the data point (x, y) in the first subplot of the plotly graph inside
+    ``graph``, once it stops moving (plotly first draws at a default size, then fits its container)."""
+    script = """([graph, x, y]) => {
+        const gd = document.querySelector(graph + ' .js-plotly-plot');
+        if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return null;
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+        return [r.left + xa._offset + xa.d2p(x), r.top + ya._offset + ya.d2p(y)];
+    }"""
+    last = None
+    for _ in range(50):
+        pg.wait_for_timeout(200)
+        now = pg.evaluate(script, [graph, x, y])
+        if now and now == last:
+            return now[0], now[1]
+        last = now
+    raise AssertionError(f"{graph} did not settle")
+
+
+def trace_metas(pg: Any, graph: str) -> list[dict[str, Any]]:
+    """The ``meta`` of every trace of the plotly graph inside ``graph`` (roles, boxes, ...)."""
+    return pg.evaluate("(g) => document.querySelector(g + ' .js-plotly-plot').data.map(t => t.meta || {})", graph)

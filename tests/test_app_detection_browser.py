@@ -20,7 +20,7 @@ import pytest
 import orbitscope as osc
 from orbitscope.results.store import Store
 
-from browser import chromium_page, needs_chromium, served as served_app, shot, slot, wait_text
+from browser import chromium_page, needs_chromium, plot_point, served as served_app, shot, slot, trace_metas, wait_text
 from helpers import TinyNet
 from test_app_detection import OFFSET, build_detection_store
 
@@ -45,28 +45,6 @@ def page(served: Any) -> Iterator[Any]:
 
 
 
-def _cell_centre(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
-    """Page coordinates of the data point (x, y) in the first subplot of a plotly graph, once
-    the graph stops moving (plotly first draws at a default size, then fits its container)."""
-    script = """([graph, x, y]) => {
-        const gd = document.querySelector(graph + ' .js-plotly-plot');
-        if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return null;
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
-        return [r.left + xa._offset + xa.d2p(x), r.top + ya._offset + ya.d2p(y)];
-    }"""
-    last = None
-    for _ in range(50):
-        pg.wait_for_timeout(200)
-        now = pg.evaluate(script, [graph, x, y])
-        if now and now == last:
-            return now[0], now[1]
-        last = now
-    raise AssertionError(f"{graph} did not settle")
-
-
-def _boxes(pg: Any, graph: str) -> list[dict[str, Any]]:
-    """The ``meta`` of every trace of a plotly graph on the page (roles, boxes)."""
-    return pg.evaluate("(g) => document.querySelector(g + ' .js-plotly-plot').data.map(t => t.meta || {})", graph)
 
 
 def _drawn(pg: Any, graph: str) -> dict[str, int]:
@@ -98,19 +76,19 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
     sample = int(re.match(r"sample (\d+)", title).group(1))
     page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.type === 'heatmap'); }")
-    _, top = _cell_centre(page, "#aggregate", 0, -8)
-    _, bottom = _cell_centre(page, "#aggregate", 0, 8)
+    _, top = plot_point(page, "#aggregate", 0, -8)
+    _, bottom = plot_point(page, "#aggregate", 0, 8)
     assert top < bottom  # +ty is drawn downwards, as in the image
 
     # click the heat-map cell (tx 4, ty -8) of the first model: that shift is selected everywhere
-    page.mouse.click(*_cell_centre(page, "#aggregate", 4, -8))
+    page.mouse.click(*plot_point(page, "#aggregate", 4, -8))
     wait_text(page, "#detail-title", rf"^sample {sample} · 1 object \(class \d\) · tx 4, ty -8$")
     wait_text(page, "#live-title", r"tx 4, ty -8$")  # the live sliders jump to the shift
     page.wait_for_selector("#detail-table-0 tbody tr")
     rows = _table_rows(page, "#detail-table-0")
     assert rows == [["rank", "class", "confidence", "IoU (GT)", "IoU (consensus)"], ["1", "1", "0.900", "1.000", "1.000"]]
     assert _table_rows(page, "#detail-table-1")[0] == ["rank", "class", "confidence", "IoU (GT)"]
-    metas = _boxes(page, "#detail-boxes-0")
+    metas = trace_metas(page, "#detail-boxes-0")
     assert [m.get("role") for m in metas] == ["image", "fov", "gt", "consensus", "prediction"]
     fov, truth, cons, pred = metas[1:]
     np.testing.assert_allclose(fov["polygon"][0], [OFFSET[0] - 4, OFFSET[1] + 8])
@@ -127,7 +105,7 @@ def test_detection_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> N
     wait_text(page, "#live-title", r"· tx 3, ty -8$")
     page.wait_for_function("() => { const g = document.querySelector('#live-boxes-0 .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.meta && t.meta.role === 'prediction'); }")
-    live = {m.get("role"): m for m in _boxes(page, "#live-boxes-0")}
+    live = {m.get("role"): m for m in trace_metas(page, "#live-boxes-0")}
     np.testing.assert_allclose(live["fov"]["polygon"][0], [OFFSET[0] - 3, OFFSET[1] + 8], atol=1e-6)
     np.testing.assert_allclose(live["prediction"]["box"], gt[sample], atol=1e-4)
     head, row = _table_rows(page, "#live-table-0")

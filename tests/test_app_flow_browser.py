@@ -20,7 +20,7 @@ import pytest
 import orbitscope as osc
 from orbitscope.group import NERO_MOSAIC
 
-from browser import chromium_page, needs_chromium, served as served_app, shot, slot, wait_text
+from browser import chromium_page, needs_chromium, plot_point, served as served_app, shot, slot, trace_metas, wait_text
 from helpers import TinyNet
 from test_app_flow import build_flow_store
 
@@ -45,27 +45,6 @@ def page(served: Any) -> Iterator[Any]:
 
 
 
-def _point(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
-    """Page coordinates of the data point (x, y) in the first subplot of a plotly graph, once it
-    stops moving."""
-    script = """([graph, x, y]) => {
-        const gd = document.querySelector(graph + ' .js-plotly-plot');
-        if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return null;
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
-        return [r.left + xa._offset + xa.d2p(x), r.top + ya._offset + ya.d2p(y)];
-    }"""
-    last = None
-    for _ in range(50):
-        pg.wait_for_timeout(200)
-        now = pg.evaluate(script, [graph, x, y])
-        if now and now == last:
-            return now[0], now[1]
-        last = now
-    raise AssertionError(f"{graph} did not settle")
-
-
-def _metas(pg: Any, graph: str) -> list[dict[str, Any]]:
-    return pg.evaluate("(g) => document.querySelector(g + ' .js-plotly-plot').data.map(t => t.meta || {})", graph)
 
 
 def _drawn_images(pg: Any, graph: str) -> int:
@@ -97,13 +76,13 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     sample = int(re.match(r"sample (\d+)", title).group(1))
     page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.type === 'heatmap'); }")
-    cells = [m for m in _metas(page, "#aggregate") if m.get("role") == "value"]
+    cells = [m for m in trace_metas(page, "#aggregate") if m.get("role") == "value"]
     assert len(cells) == 2 and all(m["elements"] == [list(r) for r in NERO_MOSAIC] for m in cells)  # 4×4 mosaics
 
     # click the mosaic cell of element 10 (time reversed, rot90): row 0, column 0
     element = 10
     r, c = np.argwhere(np.array(NERO_MOSAIC) == element)[0]
-    page.mouse.click(*_point(page, "#aggregate", c + 0.5, r + 0.5))
+    page.mouse.click(*plot_point(page, "#aggregate", c + 0.5, r + 0.5))
     wait_text(page, "#detail-title", rf"^sample {sample} · time reversed, rot90$")
     wait_text(page, "#live-title", r"· time reversed, rot90$")  # the live controls jump to the element
     for k in (0, 1):
@@ -113,7 +92,7 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     want = _closed_form(uv[sample], element)
     for i in (0, 1):
         _wait_graph(page, f"#detail-consensus-{i}", "quiver")
-        metas = {m.get("role"): m for m in _metas(page, f"#detail-consensus-{i}")}
+        metas = {m.get("role"): m for m in trace_metas(page, f"#detail-consensus-{i}")}
         assert set(metas) >= {"wheel", "quiver", "arrow-base"}
         if i == 0:  # the exact estimator's consensus: the truth, moved by the element
             np.testing.assert_allclose(metas["quiver"]["u"], want[0], atol=1e-5)
@@ -138,7 +117,7 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
                            " return g && g.layout && g.layout.meta && g.data.some(t => t.meta && t.meta.role === 'quiver'"
                            " && Math.abs(t.meta.u[0] - (%r)) < 1e-4 && Math.abs(t.meta.v[0] - (%r)) < 1e-4); }"
                            % tuple(float(x) for x in _closed_form(uv[sample], 12)))
-    live = {m.get("role"): m for m in _metas(page, "#live-flow-0")}
+    live = {m.get("role"): m for m in trace_metas(page, "#live-flow-0")}
     want = _closed_form(uv[sample], 12)
     np.testing.assert_allclose(live["quiver"]["u"], want[0], atol=1e-5)
     np.testing.assert_allclose(live["quiver"]["v"], want[1], atol=1e-5)
