@@ -16,14 +16,14 @@ mosaic draws inside its cells.
 
 from __future__ import annotations
 
-from ..errors import NotFoundError
-
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import xarray as xr
 
+from ..errors import NotFoundError
 from ..results.result import OrbitResult, aggregate, check_same_orbit
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "consensus_metrics",
     "class_subset",
     "sample_classes",
+    "sample_groups",
     "check_same_samples",
     "prepare_aggregate",
     "prepare_individual",
@@ -180,6 +181,15 @@ def sample_classes(result: OrbitResult) -> np.ndarray | None:
             return np.where(np.asarray(result.data["target_valid"].values)[:, 0] > 0, labels[:, 0], -1)
         return labels[:, 0] if labels.shape[1] else np.full(len(labels), -1)
     return None
+
+
+def sample_groups(result: OrbitResult) -> dict[str, np.ndarray]:
+    """The per-sample groups the data declared (its ``sample_groups``, e.g. ``flow_type``), as
+    recorded by the evaluation: ``{name: one label per sample}``; empty when there are none."""
+    names = result.attrs.get("sample_groups") or []
+    names = json.loads(names) if isinstance(names, str) else names  # results keep lists as JSON text
+    return {str(n): np.asarray(result.data[n].values) for n in names
+            if n in result.data and result.data[n].dims == ("sample",)}
 
 
 def class_subset(result: OrbitResult, cls: int) -> np.ndarray:

@@ -618,6 +618,11 @@ class PIVPairs(Dataset):
         return np.array([self.flow_types[i % len(self.flow_types)] for i in self.indices], dtype=str)
 
     @property
+    def sample_groups(self) -> dict[str, np.ndarray]:
+        """Recorded by :func:`~orbitscope.evaluate` per sample, so results split by flow type."""
+        return {"flow_type": self.flow_type}
+
+    @property
     def labelled(self) -> np.ndarray:
         """Whether each item has ground truth: always True here."""
         return np.ones(len(self), bool)
@@ -853,6 +858,11 @@ class FlowFolder(Dataset):
         """Per item: the file stem without trailing ``_<digits>`` groups (NERO-style names such as
         ``backstep_Re1000_00001`` -> ``backstep_Re1000``)."""
         return np.array([re.sub(r"(_\d+)+$", "", Path(s).name) or Path(s).name for s in self.stems], dtype=str)
+
+    @property
+    def sample_groups(self) -> dict[str, np.ndarray]:
+        """Recorded by :func:`~orbitscope.evaluate` per sample, so results split by flow type."""
+        return {"flow_type": self.flow_type}
 
     @property
     def labelled(self) -> np.ndarray:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..analysis.nero import sample_groups
 from ..data.photos import OPENCV_EXAMPLES
 from ..data.specs import parse_data_spec
 from ..engine.evaluation import Run, evaluate
@@ -178,7 +179,8 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
         "piv consensus mosaic": save_figure(nero_plot(results, "consensus_epe", labels=names),
                                             folder / "nero_consensus_epe_mosaic.png"),
         "piv summary": write_csv(demo.summaries["synthetic"], folder / "summary.csv"),
-        "piv per flow type": _per_flow_type(results, names, np.asarray(test.flow_type), folder / "by_flow_type"),
+        "piv per flow type": _per_flow_type(results, names, sample_groups(results[0])["flow_type"],
+                                            folder / "by_flow_type"),
         "piv report": write_report(results, folder / "report.html", labels=names,
                                    title="orbitscope demo: PIV, D4 × time reversal (synthetic pairs)"),
     })

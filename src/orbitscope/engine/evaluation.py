@@ -289,6 +289,8 @@ def evaluate(
             config["consensus"] = True
         if view_size is not None:
             config["view_size"] = [int(v) for v in view_size]
+        if source.groups:
+            config["sample_groups"] = sorted(source.groups)
         run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         model_name = model_name or getattr(model, "name", None) or type(model).__name__
         attrs = {
@@ -315,6 +317,8 @@ def evaluate(
             attrs["consensus"] = True
         if view_size is not None:
             attrs["view_size"] = config["view_size"]
+        if source.groups:
+            attrs["sample_groups"] = config["sample_groups"]
         skip: set[int] = set()
         if st is not None:
             # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
@@ -362,11 +366,13 @@ def evaluate(
                       for n, dims in kind.stored.items()}
         if consensus:  # e.g. the fused consensus boxes of each sample
             per_sample.update({n: (tuple(dims), True) for n, dims in task.consensus_stored.items()})
+        per_sample.update({n: ((), False) for n in source.groups})  # the dataset's sample_groups
         writer = _Writer(st, run_id, orbit, variables, probe, per_sample, dict(name=name, model_id=mid,
                          data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,
                          chunk_size=source.chunk_size))
         done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
         for job, arrays in runner.map(evaluate_chunk, plan_jobs(source, skip, seed), ctx):
+            arrays.update(source.groups_of(job.start, job.stop))
             writer.write(job, arrays)
             done += job.stop - job.start
             if progress is not None:
@@ -432,7 +438,7 @@ def _layout(orbit: Orbit, declared: dict[str, Variable], arrays: dict[str, np.nd
             spec = {"dtype": str(a.dtype), "extra_dims": list(dims), "extra_shape": list(a.shape[1:]), "per_sample": True}
             if ragged:
                 spec["ragged"] = True
-            meta = ENGINE_VARIABLES.get(name)
+            meta = ENGINE_VARIABLES.get(name) or (_group_variable(name, a) if not dims and not ragged else None)
             if meta is not None:
                 spec["meta"] = meta.to_json()
             variables[name] = spec
@@ -450,6 +456,11 @@ def _layout(orbit: Orbit, declared: dict[str, Variable], arrays: dict[str, np.nd
         "coords": coords,
         "variables": variables,
     }
+
+
+def _group_variable(name: str, values: np.ndarray) -> Variable:
+    return Variable(name, str(values.dtype), description=f"the sample's {name.replace('_', ' ')} (the dataset's "
+                    "sample_groups)", kind="state", needs_labels=False, label=name.replace("_", " "))
 
 
 def _small_inputs(source: DataSource, task: Task) -> bool:

@@ -102,6 +102,11 @@ class DataSource:
                 f"arrays; got {type(data).__name__}"
             )
         self.data_id = data_id or getattr(inner, "data_id", None) or f"{type(inner).__name__}:{self.n}"
+        self.groups = _sample_groups(inner, self.n)
+
+    def groups_of(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """The :attr:`groups` of samples [start, stop)."""
+        return {name: values[start:stop] for name, values in self.groups.items()}
 
     @property
     def random_access(self) -> bool:
@@ -176,3 +181,29 @@ class DataSource:
             if i in skip:
                 continue
             yield i, self.chunk_range(i)[0], self.read_chunk(i)
+
+
+def _sample_groups(dataset: Any, n: int | None) -> dict[str, np.ndarray]:
+    """A dataset's ``sample_groups``: ``{name: one label per item}`` (e.g. ``{"flow_type": ...}``),
+    recorded by :func:`~orbitscope.evaluate` as per-sample variables so results can be split by
+    them (``aggregate(..., by=name)``, the report, the interface). Labels are strings or integers;
+    strings are stored with one width for the whole dataset."""
+    groups = getattr(dataset, "sample_groups", None) if dataset is not None else None
+    if groups is None:
+        return {}
+    if not isinstance(groups, dict):
+        raise DataError(f"{type(dataset).__name__}.sample_groups must be a dict {{name: per-item labels}}, "
+                        f"got {type(groups).__name__}")
+    out: dict[str, np.ndarray] = {}
+    for name, values in groups.items():
+        arr = np.asarray(values)
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DataError(f"sample group names must be identifiers, got {name!r}")
+        if arr.ndim != 1 or (n is not None and len(arr) != n):
+            raise DataError(f"sample group {name!r} needs one label per item ({n}), got shape {arr.shape}")
+        if arr.dtype.kind in "US" or arr.dtype == object:
+            arr = arr.astype(str)
+        elif arr.dtype.kind not in "iub":
+            raise DataError(f"sample group {name!r} must hold strings or integers, got {arr.dtype}")
+        out[name] = arr
+    return out

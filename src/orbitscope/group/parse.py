@@ -22,7 +22,7 @@ _SPEC_HELP = (
     "detection orbit 'window-shift:-64:60:4'), 'scale:START:STOP:STEP', "
     "'brightness:START:STOP:STEP', 'contrast:START:STOP:STEP', "
     "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
-    "the square), 'time-reversal', 'd4xt' (time-reversal x d4: NERO's 16 PIV elements), "
+    "the square), 'time-reversal', 'd4xt' or 'd4xtime' (time-reversal x d4: NERO's 16 PIV elements), "
     "'so3-nero' or 'so3-nero:AXIS_STEP:ANGLE_STEP' (NERO's axis-angle sample, degrees; default 5:15), "
     "'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), 'octahedral' (the 24 rotations of the "
     "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
@@ -36,7 +36,7 @@ def parse_orbit(text: str) -> Orbit:
 
     Forms: ``rotation:START:STOP:STEP`` (degrees), ``rotation90``, ``shift:START:STOP:STEP``
     (pixels, same grid for tx and ty), ``scale:…``, ``brightness:…``, ``contrast:…``, ``flip[:x|y]``,
-    ``d4``, ``time-reversal``, ``d4xt`` (time reversal × D4, NERO's element order),
+    ``d4``, ``time-reversal``, ``d4xt`` or ``d4xtime`` (time reversal × D4, NERO's element order),
     ``so3-nero[:AXIS_STEP:ANGLE_STEP]``, ``so3:N`` and ``octahedral``; products joined by ``' x '``.
     Names are case-insensitive and ``_`` may stand for ``-`` (``time_reversal``, ``so3_nero``).
     ``d4 x time-reversal`` is read as ``time-reversal x d4`` (the two commute), so its dims are
@@ -71,7 +71,7 @@ def _parse_single(text: str) -> Orbit:
     name, *args = (a.strip() for a in text.split(":"))
     name = name.lower().replace("_", "-")
     plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
-             "d4xt": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
+             "d4xt": d4_time_reversal, "d4xtime": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
     known = sorted(set(plain) | set(_RANGE_NAMES) | {"so3"})
     if name not in known:
         close = difflib.get_close_matches(name, known, n=2)

@@ -26,7 +26,8 @@ from PIL import Image
 
 from .interactive import figure_html, render_plotly
 from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_samples, layout_kind, metric_label,
-                             prepare_aggregate, prepare_individual, sample_classes)
+                             prepare_aggregate, prepare_individual, sample_classes,
+                             sample_groups)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
 from .reduce_plots import scatter_plotly
@@ -212,6 +213,7 @@ def write_report(
                                                               title=f"class {c}")), height=360))
         parts.append("</div>")
 
+    parts.append(_groups_section(results, labels, headline, fig))
     parts.append(_dataset_section(results, labels, fig))
     parts.append(_consensus_section(results, labels, headline, fig))
 
@@ -235,6 +237,21 @@ def write_report(
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(doc, encoding="utf-8")
     return p
+
+
+def _groups_section(results: list[OrbitResult], labels: list[str], headline: str, fig: Any) -> str:
+    """Aggregate plots per value of each group the data declared (e.g. per flow type)."""
+    out = []
+    for name, values in sample_groups(results[0]).items():
+        out.append(f"<h2>Aggregate plots per {html.escape(name.replace('_', ' '))} "
+                   f"({metric_label(results, headline)})</h2><div class='grid'>")
+        for value in dict.fromkeys(values.tolist()):
+            mask = values == value
+            out.append(fig(render_plotly(prepare_aggregate(results, headline, labels=labels, subset=mask,
+                                                            title=f"{name.replace('_', ' ')} {value} "
+                                                                  f"({int(mask.sum())} samples)")), height=360))
+        out.append("</div>")
+    return "".join(out)
 
 
 def _dataset_section(results: list[OrbitResult], labels: list[str], fig: Any) -> str:

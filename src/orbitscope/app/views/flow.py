@@ -28,8 +28,8 @@ elements (the live controls choose among the sampled elements: time forward / re
 eight D4 elements): the estimate at that element, its EPE map against the moved ground truth
 (when stored) or else the moved consensus, and the task's metrics against both.
 
-Subsets: by a per-sample ``flow_type`` variable when the run has one (none of the built-in data
-sources stores it yet: no subsets then).
+Subsets: by the per-sample ``flow_type`` the run recorded from its data's ``sample_groups``
+(synthetic pairs and flow folders declare it; other data has no subsets).
 """
 
 from __future__ import annotations
