@@ -65,6 +65,9 @@ class EvalContext:
     keep_inputs: bool = False
     consensus: bool = False
     consensus_weights: np.ndarray | None = None
+    #: orbit element -> its position in ``transforms`` when only the distinct elements are
+    #: evaluated (3-D samples such as NERO's, where 2,847 elements hold 2,416 rotations)
+    expand: np.ndarray | None = None
 
 
 def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -165,6 +168,8 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
                 kept.append((k0, k1, outputs, g))
                 canonical.append(ctx.task.canonicalize(outputs, g, **target_action))
     per_sample = _consensus_into(out, ctx, kept, canonical, b, k, target_action) if ctx.consensus else {}
+    if ctx.expand is not None:  # every orbit element takes the values of its distinct representative
+        out = {n: a[:, ctx.expand] for n, a in out.items()}
     arrays = {n: a.reshape(b, *ctx.orbit_shape, *a.shape[2:]) for n, a in out.items()}
     arrays.update(per_sample)
     arrays.update(ctx.target_kind.store(y))

@@ -186,9 +186,9 @@ def evaluate(
         optimize: fold BatchNorm into convolutions and use channels_last (eval-mode numerics are
             unchanged up to float rounding).
         seed: seeds torch's RNG per chunk, so results do not depend on where a run resumed.
-        store_inputs: keep each untransformed input as uint8 (variable ``input``) so views can
-            show it and re-transform it; default: only for images with at most 3 × 128 × 128
-            values. The target is always kept as the target kind stores it (``label`` for
+        store_inputs: keep each untransformed input so views can show it and re-transform it:
+            images and frames as uint8 (variable ``input``), point clouds as float32
+            (``input_points``); default: on when an input has at most 3 × 128 × 128 values. The target is always kept as the target kind stores it (``label`` for
             classification).
         activations: also record statistics of intermediate activations (an
             :class:`~orbitscope.engine.activations.ActivationProbe`, or layer names for all
@@ -345,17 +345,23 @@ def evaluate(
         options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
         if view_size is not None:
             options["view_size"] = (int(view_size[0]), int(view_size[1]))
-        weights = None
+        weights, expand, run_transforms = None, None, transforms
+        if transforms.dim == 3:  # 3-D samples repeat rotations (NERO's: the identity 219 times): run each once
+            rep = unique_elements(transforms)
+            distinct = np.unique(rep)
+            if len(distinct) < len(transforms):
+                expand = np.searchsorted(distinct, rep)
+                run_transforms = transforms[distinct]
         if consensus:
-            weights = np.zeros(len(transforms))
-            weights[np.unique(unique_elements(transforms))] = 1.0
+            weights = np.zeros(len(run_transforms))
+            weights[np.unique(unique_elements(run_transforms))] = 1.0
         ctx = EvalContext(
             call=ModelCall(run_model, read=task.read_outputs, normalize=norm, channels_last=optimize, forward_batch=fb,
                            what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform"),
             task=task, input_kind=input_kind, target_kind=target_kind, output_kind=output_kind,
-            transforms=transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
+            transforms=run_transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
             action_options=options, probe=probe, keep_inputs=keep_inputs, consensus=consensus,
-            consensus_weights=weights,
+            consensus_weights=weights, expand=expand,
         )
         variables = {v.name: v for v in task.variables(0)}
         if consensus:
@@ -464,7 +470,7 @@ def _group_variable(name: str, values: np.ndarray) -> Variable:
 
 
 def _small_inputs(source: DataSource, task: Task) -> bool:
-    if task.input_kind not in ("image", "frames"):
+    if task.input_kind not in ("image", "frames", "points"):
         return False
     numel = source.input_numel()
     return numel is not None and numel <= 3 * 128 * 128

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -85,6 +86,8 @@ class PointsKind(Kind):
 
     name = "points"
     shape_doc = "(B, N, 3)"
+    #: with ``store_inputs``: the untransformed clouds, float32 (not 8-bit like images)
+    stored = {"input_points": ("point", "xyz")}
 
     def prepare(self, data: Any, device: torch.device) -> Tensor:
         x = as_float_tensor(data, "point clouds", device)
@@ -96,6 +99,9 @@ class PointsKind(Kind):
 
     def act(self, data: Tensor, t: Transforms, *, layout: Layout = "orbit", **_: Any) -> Tensor:
         return transform_points(data, t, layout=layout)
+
+    def store(self, data: Tensor) -> dict[str, np.ndarray]:
+        return {"input_points": data.detach().cpu().float().numpy()}
 
 
 register_kind(KeypointsKind())

@@ -98,6 +98,8 @@ ENGINE_VARIABLES: dict[str, Variable] = {
         Variable("label", "int64", description="the sample's class label", kind="state", label="label"),
         Variable("input", "uint8", ("channel", "y", "x"), "the untransformed input, 8-bit", kind="state",
                  needs_labels=False, label="input"),
+        Variable("input_points", "float32", ("point", "xyz"), "the untransformed point cloud", kind="state",
+                 needs_labels=False, label="input points"),
         Variable("activation", "float32", ("layer", "stat"), "statistics of intermediate activations",
                  kind="real", needs_labels=False, label="activation"),
     )
