@@ -31,7 +31,8 @@ def evaluate(
     data: str = typer.Option(..., "--data", help="mnist-subset[:train|test], fashion-mnist[:train|test], "
                              "idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
     orbit: str = typer.Option(..., "--orbit", help="e.g. rotation:0:360:5, shift:-8:8:2, scale:0.7:1.3:0.02, "
-                              "flip, d4, d4xt (D4 x time reversal), 'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
+                              "flip, d4, d4xt (D4 x time reversal), so3:nero, so3:500, so3-random:500, octahedral, "
+                              "'rotation:0:360:30 x scale:0.8:1.2:0.1'."),
     weights: Optional[Path] = typer.Option(None, "--weights", help="safetensors or state-dict file for a factory."),
     home: Optional[Path] = HomeOption,
     name: Optional[str] = typer.Option(None, "--name", help="Run name (default: model class and orbit kind)."),
@@ -46,7 +47,8 @@ def evaluate(
                                    "(label-free: self-consistency, not correctness)."),
     task_kind: str = typer.Option("classification", "--task", help="classification; detection (a model returning "
                                   "torchvision-style boxes; data with box targets, e.g. coco:ANN.json:IMAGES); or "
-                                  "flow (image pairs -> dense (u, v) fields, e.g. --orbit d4xt)."),
+                                  "flow (image pairs -> dense (u, v) fields, e.g. --orbit d4xt); or pointcloud "
+                                  "(clouds (N, 3) -> class scores, e.g. --data meshes:test --orbit so3:nero)."),
     view_size: Optional[int] = typer.Option(None, "--view-size", help="Detection: the square field of view (pixels) "
                                             "that a window-shift orbit moves over each context image (NERO: 128)."),
     key_objects: bool = typer.Option(True, "--key-objects/--whole-images", help="Detection with --view-size: one "
@@ -120,8 +122,12 @@ def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, k
     import numpy as np
 
     from ..data.coco import DetectionSet, key_object_contexts
-    from ..tasks import Classification, Detection, Flow
+    from ..tasks import Classification, Detection, Flow, PointCloudClassification
 
+    if kind == "pointcloud":
+        if view_size is not None:
+            raise ValueError("--view-size is for --task detection (a field of view moving over context images)")
+        return PointCloudClassification(store_probabilities=probabilities), dataset, None
     if kind == "flow":
         if view_size is not None or probabilities:
             raise ValueError("--view-size and --probabilities are not for --task flow (image pairs -> flow fields)")
@@ -131,7 +137,7 @@ def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, k
             raise ValueError("--view-size is for --task detection (a field of view moving over context images)")
         return Classification(store_probabilities=probabilities), dataset, None
     if kind != "detection":
-        raise ValueError(f"--task {kind!r}: choose classification, detection or flow")
+        raise ValueError(f"--task {kind!r}: choose classification, detection, flow or pointcloud")
     if probabilities:
         raise ValueError("--probabilities is for classification; detection stores its top boxes, scores and classes")
     if max_objects is None:  # enough for the most crowded image

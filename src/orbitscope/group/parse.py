@@ -11,7 +11,7 @@ from ..errors import SpecError
 from .finite import D4, Flip, TimeReversal, d4_time_reversal
 from .grids import check_size, finite_number, inclusive_range
 from .orbits import Brightness, Contrast, Orbit, Product, Rotation, Rotation90, Scale, Translation
-from .so3 import NeroSO3, Octahedral, SO3Grid
+from .so3 import NeroSO3, Octahedral, RandomSO3, SO3Grid
 
 __all__ = ["parse_orbit"]
 
@@ -24,7 +24,8 @@ _SPEC_HELP = (
     "'flip' or 'flip:x' (mirror left-right), 'flip:y' (top-bottom), 'd4' (the 8 exact symmetries of "
     "the square), 'time-reversal', 'd4xt' or 'd4xtime' (time-reversal x d4: NERO's 16 PIV elements), "
     "'so3-nero' or 'so3-nero:AXIS_STEP:ANGLE_STEP' (NERO's axis-angle sample, degrees; default 5:15), "
-    "'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), 'octahedral' (the 24 rotations of the "
+    "'so3:nero' (the same, default grid), 'so3:N' (N near-uniform 3-D rotations, super-Fibonacci), "
+    "'so3-random:N' or 'so3-random:N:SEED' (N uniformly random rotations), 'octahedral' (the 24 rotations of the "
     "cube); products joined by ' x ', e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'"
 )
 
@@ -37,7 +38,8 @@ def parse_orbit(text: str) -> Orbit:
     Forms: ``rotation:START:STOP:STEP`` (degrees), ``rotation90``, ``shift:START:STOP:STEP``
     (pixels, same grid for tx and ty), ``scale:…``, ``brightness:…``, ``contrast:…``, ``flip[:x|y]``,
     ``d4``, ``time-reversal``, ``d4xt`` or ``d4xtime`` (time reversal × D4, NERO's element order),
-    ``so3-nero[:AXIS_STEP:ANGLE_STEP]``, ``so3:N`` and ``octahedral``; products joined by ``' x '``.
+    ``so3-nero[:AXIS_STEP:ANGLE_STEP]`` (or ``so3:nero``), ``so3:N``, ``so3-random:N[:SEED]`` and
+    ``octahedral``; products joined by ``' x '``.
     Names are case-insensitive and ``_`` may stand for ``-`` (``time_reversal``, ``so3_nero``).
     ``d4 x time-reversal`` is read as ``time-reversal x d4`` (the two commute), so its dims are
     NERO's ``(time_reversed, d4)`` and it draws as NERO's mosaic.
@@ -72,7 +74,7 @@ def _parse_single(text: str) -> Orbit:
     name = name.lower().replace("_", "-")
     plain = {"rotation90": Rotation90, "flip": Flip, "d4": D4, "time-reversal": TimeReversal,
              "d4xt": d4_time_reversal, "d4xtime": d4_time_reversal, "so3-nero": NeroSO3, "octahedral": Octahedral}
-    known = sorted(set(plain) | set(_RANGE_NAMES) | {"so3"})
+    known = sorted(set(plain) | set(_RANGE_NAMES) | {"so3", "so3-random"})
     if name not in known:
         close = difflib.get_close_matches(name, known, n=2)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
@@ -93,6 +95,14 @@ def _parse_single(text: str) -> Orbit:
         axis_step = finite_number(args[0], f"orbit {text!r}: AXIS_STEP")
         angle_step = finite_number(args[1], f"orbit {text!r}: ANGLE_STEP")
         return NeroSO3(axis_step, angle_step)
+    if name == "so3" and len(args) == 1 and args[0].lower() == "nero":
+        return NeroSO3()
+    if name == "so3-random" and len(args) in (1, 2):
+        try:
+            n, seed = int(args[0]), int(args[1]) if len(args) == 2 else 0
+        except ValueError:
+            raise SpecError(f"orbit {text!r}: N and SEED must be whole numbers, e.g. 'so3-random:500:0'") from None
+        return RandomSO3(n, seed)
     if name == "so3" and len(args) == 1:
         try:
             n = int(args[0])

@@ -9,6 +9,7 @@ Convention:
 
 * :class:`NeroSO3`: NERO's axis–angle sample (arXiv 2305.19889), drawn as one disk per plane.
 * :class:`SO3Grid`: ``n`` near-uniform rotations (Alexa's super-Fibonacci spirals, CVPR 2022).
+* :class:`RandomSO3`: ``n`` rotations drawn uniformly (Haar measure), seeded.
 * :class:`Octahedral`: the exact rotation group of the cube (24 elements).
 """
 
@@ -24,7 +25,7 @@ from .grids import check_size, finite_number, inclusive_range
 from .finite import FiniteOrbit
 from .orbits import Orbit, Rotation3D, register_orbit
 
-__all__ = ["NeroSO3", "SO3Grid", "Octahedral", "super_fibonacci"]
+__all__ = ["NeroSO3", "SO3Grid", "RandomSO3", "Octahedral", "super_fibonacci", "random_quaternions"]
 
 
 def _cos_sin(angle_deg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,6 +146,46 @@ class SO3Grid(Rotation3D):
 
     def __repr__(self) -> str:
         return f"SO3Grid({self.n}, method={self.method!r})"
+
+
+def random_quaternions(n: int, seed: int = 0) -> np.ndarray:
+    """``n`` unit quaternions (n, 4) as (w, x, y, z), uniform on SO(3) (the Haar measure).
+
+    Shoemake, "Uniform random rotations", Graphics Gems III (1992): with u1, u2, u3 ~ U(0, 1),
+    ``q = (√(1−u1) sin 2πu2, √(1−u1) cos 2πu2, √u1 sin 2πu3, √u1 cos 2πu3)``; drawn from
+    ``numpy.random.default_rng(seed)``, so the same (n, seed) gives the same rotations."""
+    u1, u2, u3 = np.random.default_rng(seed).random((3, int(n)))
+    a, b = np.sqrt(1.0 - u1), np.sqrt(u1)
+    return np.stack([a * np.sin(2 * np.pi * u2), a * np.cos(2 * np.pi * u2),
+                     b * np.sin(2 * np.pi * u3), b * np.cos(2 * np.pi * u3)], -1)
+
+
+@register_orbit
+class RandomSO3(Rotation3D):
+    """``n`` uniformly random 3-D rotations (:func:`random_quaternions`), seeded; dim
+    ``rotation`` (index 0..n-1). Not a group; unbiased for means over SO(3), unlike
+    :class:`NeroSO3` (dense near the identity)."""
+
+    kind = "so3_random"
+
+    def __init__(self, n: int, seed: int = 0) -> None:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise SpecError(f"RandomSO3 needs a whole number n >= 1 of rotations, got {n!r}")
+        check_size(int(n), "RandomSO3", "use a smaller n")
+        self.n, self.seed = int(n), int(seed)
+        super().__init__(random_quaternions(self.n, self.seed))
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n": self.n, "seed": self.seed}
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> "Orbit":
+        if "n" not in spec:
+            raise SpecError(f"a 'so3_random' orbit spec needs the key 'n', got {sorted(spec)}")
+        return cls(spec["n"], spec.get("seed", 0))
+
+    def __repr__(self) -> str:
+        return f"RandomSO3({self.n}, seed={self.seed})"
 
 
 def _octahedral_quaternions() -> np.ndarray:
