@@ -188,9 +188,9 @@ def test_test_registration_errors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtin_data_specs_unchanged() -> None:
-    # coco: issue 13; piv-synthetic and flow-folder: issue 14
-    assert DATA_SPECS.names() == ["coco", "fashion-mnist", "flow-folder", "folder", "idx", "mnist-subset", "npz",
-                                  "piv-synthetic"]
+    # coco: issue 13; piv-synthetic and flow-folder: issue 14; meshes and modelnet: issue 15
+    assert DATA_SPECS.names() == ["coco", "fashion-mnist", "flow-folder", "folder", "idx", "meshes", "mnist-subset",
+                                  "modelnet", "npz", "piv-synthetic"]
     with pytest.raises(SpecError, match="accepted forms: mnist-subset.*npz:PATH"):
         parse_data_spec("cifar10")
 

@@ -35,3 +35,8 @@ __all__ = ["DetectionSet", "digit_scenes", "key_object_contexts", "read_coco", "
            "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]
 __all__ += ["FLOW_TYPES", "FlowField", "FlowFolder", "ParticleOptions", "PIVPairs", "flow_field", "flow_folder",
             "particle_pair", "piv_synthetic", "read_flo", "render_particles", "write_flo"]
+
+from .meshes import MESH_CLASSES, MeshClouds, mesh_clouds
+from .modelnet import ModelNetFolder, modelnet_folder, read_off
+
+__all__ += ["MESH_CLASSES", "MeshClouds", "mesh_clouds", "ModelNetFolder", "modelnet_folder", "read_off"]
