@@ -25,6 +25,7 @@ from .layout import (
     SELECTION, STATUS, SUBSET, build_layout,
 )
 from .state import Event
+from .views import VIEWS, list_views
 
 __all__ = ["create_app", "serve", "bind_warning", "loopback_hosts", "make_server"]
 
@@ -212,6 +213,8 @@ def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | No
     app = dash.Dash(__name__, title="orbitscope", update_title=None, serve_locally=True)
     app.layout = lambda: build_layout(data)
     register_callbacks(app, data)
+    for kind in list_views():  # the views' own controls (e.g. the point-cloud view's free rotation)
+        VIEWS.get(kind).register_callbacks(app, data)
     app.server.config["orbitscope_data"] = data
     _install_guards(app)
     return app

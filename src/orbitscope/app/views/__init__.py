@@ -8,7 +8,8 @@ possible, and the detail panel (the transformed input and the model outputs at t
 element, and live re-evaluation at any element). Classification is implemented in
 :mod:`.classification`, detection (boxes over the context image at each shift) in
 :mod:`.detection`, dense flow (PIV: the transformed pair, moved flow fields, EPE maps) in
-:mod:`.flow`; other tasks plug in the same way with :func:`register_view`.
+:mod:`.flow`, point clouds (the rotated cloud in 3-D, class bars, live re-evaluation at any
+rotation) in :mod:`.pointcloud`; other tasks plug in the same way with :func:`register_view`.
 
 Views live in the registry :data:`VIEWS` (task kind -> view class). :func:`view_for` looks a run's
 ``task["kind"]`` up there and falls back to the generic :class:`TaskView` for kinds without a
@@ -123,6 +124,13 @@ class TaskView:
         """Components showing the live re-evaluation at ``req.live_point``."""
         return [html.P(f"no live re-evaluation for {self.kind} tasks yet")]
 
+    @classmethod
+    def register_callbacks(cls, app: Any, data: Any) -> None:
+        """Attach the view's own Dash callbacks (controls of its detail panel that the shell
+        does not know) to ``app``, serving the store behind ``data`` (an
+        :class:`~orbitscope.app.data.AppData`). Called once per app for every registered view;
+        the default adds none."""
+
 
 #: The task views: task kind -> :class:`TaskView` subclass (see :func:`register_view`).
 VIEWS: Registry[type[TaskView]] = Registry("task view", key="kind")
@@ -161,4 +169,4 @@ def view_for(task_kind: str | None) -> TaskView:
     return TaskView()
 
 
-from . import classification, detection, flow  # noqa: E402,F401  (register the built-in views; need the names above)
+from . import classification, detection, flow, pointcloud  # noqa: E402,F401  (register the built-in views; need the names above)
