@@ -10,8 +10,12 @@ so both show the same numbers.
 Layouts follow the orbit's topology: one ``angle`` dim -> polar; two dims -> heatmap; one other
 dim -> line; D4 × time reversal (``("time_reversed", "d4")``) or D4 (``("d4",)``) -> NERO's
 mosaic; NERO's SO(3) sample (``("plane", "axis_angle", "rotation_angle")``) -> one polar disk per
-plane. Values may carry extra dims after the orbit dims (per-pixel maps ``("y", "x")``), which the
-mosaic draws inside its cells.
+plane; a list of 3-D rotations (dim ``("rotation",)``: ``SO3Grid``, ``Octahedral``, any
+``Rotation3D``) -> equal-area maps of the rotation axis per band of rotation angle
+(``"so3map"``, :mod:`orbitscope.viz.so3_map`), when the rotations are known: the prepare functions
+put their quaternions in ``NeroData.info["quaternions"]`` (see :func:`rotation_quaternions`);
+without them such a dim stays a line. Values may carry extra dims after the orbit dims (per-pixel
+maps ``("y", "x")``), which the mosaic draws inside its cells.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
-from ..errors import NotFoundError
+from ..errors import NotFoundError, SpecError
+from ..group.orbits import orbit_from_spec
 from ..results.result import OrbitResult, aggregate, check_same_orbit
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "prepare_aggregate",
     "prepare_individual",
     "layout_kind",
+    "rotation_quaternions",
     "D4_NAMES",
     "SO3_PLANES",
 ]
@@ -64,7 +70,7 @@ class NeroSeries:
 class NeroData:
     """Everything a view needs to draw one NERO plot."""
 
-    kind: str  # "polar" | "heatmap" | "line" | "mosaic" | "disk"
+    kind: str  # "polar" | "heatmap" | "line" | "mosaic" | "disk" | "so3map"
     scope: str  # "aggregate" | "individual"
     metric: str
     metric_label: str
@@ -95,6 +101,7 @@ D4_NAMES = ("identity", "anti-diagonal flip", "rot90", "horizontal flip", "rot18
 SO3_PLANES = ("xy", "xz", "yz")
 _MOSAIC_DIMS = {("time_reversed", "d4"), ("d4",)}
 _DISK_DIMS = ("plane", "axis_angle", "rotation_angle")
+_ROTATION_DIMS = ("rotation",)
 #: Orbit dims whose elements may also be named in a marker (name -> position along the dim).
 _NAMED = {"d4": D4_NAMES, "plane": SO3_PLANES}
 
@@ -130,18 +137,64 @@ def _nearest(dim: str, coords: np.ndarray, value: Any) -> int:
     return int(np.argmin(np.abs(coords - float(value))))
 
 
-def layout_kind(dims: Sequence[str]) -> str:
-    """The NERO layout for an orbit's dims."""
+def layout_kind(dims: Sequence[str], quaternions: Any = None) -> str:
+    """The NERO layout for an orbit's dims; ``quaternions``: the (n, 4) rotations of a
+    ``("rotation",)`` dim when known (:func:`rotation_quaternions`), which turn its line into
+    the rotation map ``"so3map"``."""
     dims = tuple(dims)
     if dims in _MOSAIC_DIMS:
         return "mosaic"
     if dims == _DISK_DIMS:
         return "disk"
+    if dims == _ROTATION_DIMS and quaternions is not None:
+        return "so3map"
     if len(dims) == 1:
         return "polar" if dims[0] == "angle" else "line"
     if len(dims) == 2:
         return "heatmap"
     raise ValueError(f"no NERO layout for {len(dims)}-D orbits {tuple(dims)}; select a 1-D or 2-D slice first")
+
+
+def _orbit_quaternions(result: OrbitResult) -> np.ndarray | None:
+    """The quaternions (n, 4) of one result's ``rotation`` dim, from its stored orbit spec, in the
+    order of its ``rotation`` coordinates (indices into the orbit); None when they are unknown."""
+    if result.orbit_dims != _ROTATION_DIMS:
+        return None
+    spec = result.attrs.get("orbit")
+    try:
+        orbit = orbit_from_spec(json.loads(spec) if isinstance(spec, str) else spec)
+    except (SpecError, TypeError, ValueError, KeyError, AttributeError):  # absent or not an orbit spec
+        return None
+    q = getattr(orbit, "quaternions", None)
+    if tuple(orbit.dims) != _ROTATION_DIMS or q is None or np.shape(q) != (orbit.size, 4):
+        return None
+    positions = np.asarray(result.data.coords["rotation"].values, dtype=float)
+    if not np.all(np.isfinite(positions)) or np.any(positions != np.round(positions)) or (
+            positions.size and (positions.min() < 0 or positions.max() >= orbit.size)):
+        return None
+    return np.asarray(q, dtype=np.float64)[positions.astype(int)]
+
+
+def rotation_quaternions(results: OrbitResult | Sequence[OrbitResult]) -> np.ndarray | None:
+    """The unit quaternions (n, 4) as (w, x, y, z) of the rotations along the results' one
+    ``rotation`` dim, when their orbit is a list of 3-D rotations (``Rotation3D``, ``SO3Grid``,
+    ``Octahedral``: an orbit with ``quaternions``); None for any other orbit, or when a result does
+    not record its orbit.
+
+    Raises:
+        ValueError: the results number the same count of rotations but different ones (their
+            values cannot be compared element by element).
+    """
+    found = [_orbit_quaternions(r) for r in _as_list(results)]
+    if not found or any(q is None for q in found):
+        return None
+    first = found[0]
+    for q in found[1:]:
+        same = np.abs(np.sum(first * q, axis=1)) if q.shape == first.shape else np.zeros(1)  # q and -q: one rotation
+        if not np.all(same > 1 - 1e-9):
+            raise ValueError("the results sample different 3-D rotations under the same 'rotation' indices; "
+                             "evaluate every model on the same rotations")
+    return first
 
 
 def consensus_metrics(result: OrbitResult) -> list[str]:
@@ -287,14 +340,18 @@ def prepare_aggregate(
                                  agg["lower"].values, agg["upper"].values))
     meta = results[0].meta(metric)
     label = meta.display
+    quaternions = rotation_quaternions(results)
     where = f", class {subset}" if isinstance(subset, (int, np.integer)) else ("" if subset is None else ", subset")
     n = int(np.sum(subset)) if subset is not None and np.asarray(subset).dtype == bool else None
+    info: dict[str, Any] = {"subset": None if subset is None else str(subset)[:40], "n": n,
+                            "lower_is_better": meta.lower_is_better}
+    if quaternions is not None:
+        info["quaternions"] = quaternions
     return NeroData(
-        kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
+        kind=layout_kind(dims, quaternions), scope="aggregate", metric=metric, metric_label=label, dims=dims,
         coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
         value_range=_value_range(meta.bounded, series), title=title or f"aggregate NERO plot: {label}{where}",
-        band_method=method, marker=marker, info={"subset": None if subset is None else str(subset)[:40], "n": n,
-                                                 "lower_is_better": meta.lower_is_better},
+        band_method=method, marker=marker, info=info,
     )
 
 
@@ -325,8 +382,11 @@ def prepare_individual(
     info: dict[str, Any] = {"sample": int(sample), "lower_is_better": meta.lower_is_better}
     if "label" in results[0].data:
         info["label"] = int(results[0].data["label"].sel(sample=sample))
+    quaternions = rotation_quaternions(results)
+    if quaternions is not None:
+        info["quaternions"] = quaternions
     return NeroData(
-        kind=layout_kind(dims), scope="individual", metric=metric, metric_label=label, dims=dims,
+        kind=layout_kind(dims, quaternions), scope="individual", metric=metric, metric_label=label, dims=dims,
         coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
         value_range=_value_range(meta.bounded, series),
         title=title or f"individual NERO plot: {label}, sample {sample}"

@@ -182,7 +182,9 @@ def element_from_click(click: Any, dims: Sequence[str],
     orbit's ``coords``: mosaic cells (D4, D4 × time reversal) are read from the cell under ``x``,
     ``y`` (cell (r, c) spans [c, c + 1] × [r, r + 1]), or from their ``customdata`` (the flat
     element index); disk cells (NeroSO3) from ``customdata`` = (axis angle, rotation angle, flat
-    element index), the index being added by the web interface.
+    element index), the index being added by the web interface; rotation maps of a ``rotation``
+    dim (:mod:`orbitscope.viz.so3_map`) from ``customdata``: the rotation's position alone (a
+    cell) or first (a marker: position, angle, axis), read before ``x`` (a map coordinate there).
     """
     try:
         point = click["points"][0]
@@ -201,6 +203,11 @@ def element_from_click(click: Any, dims: Sequence[str],
                 return None
             flat = _mosaic_element(point, dims) if kind == "mosaic" else _disk_element(point)
             return None if flat is None else _element_at(coords, dims, flat)
+        if dims == ("rotation",) and point.get("customdata") is not None:  # a rotation map: x is no index
+            flat = _rotation_position(point["customdata"])
+            if flat is None:
+                return None
+            return _element_at(coords, dims, flat) if coords is not None else {dims[0]: float(flat)}
         if len(dims) == 1 and "theta" in point:
             return {dims[0]: float(point["theta"])}
         if len(dims) == 1 and "x" in point:
@@ -230,6 +237,17 @@ def _disk_element(point: Mapping[str, Any]) -> int | None:
     data = point.get("customdata")
     if isinstance(data, (list, tuple)) and len(data) == 3 and float(data[2]).is_integer():
         return int(data[2])
+    return None
+
+
+def _rotation_position(data: Any) -> int | None:
+    """The rotation's position in a rotation map's ``customdata``: a whole number >= 0, alone or
+    first in a list (off-map cells hold -1: no element)."""
+    if isinstance(data, (list, tuple)) and data:
+        data = data[0]
+    if isinstance(data, (int, float)) and not isinstance(data, bool) and math.isfinite(data) and \
+            float(data).is_integer() and data >= 0:
+        return int(data)
     return None
 
 

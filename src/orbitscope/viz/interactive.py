@@ -4,7 +4,8 @@ as the static figures in :mod:`orbitscope.viz.plot`, so both show the same numbe
 Conventions as in :mod:`orbitscope.viz.plot`: polar angle counter-clockwise (plotly's
 ``angularaxis.direction = "counterclockwise"``, rotation 0 at the right), heatmaps with the first
 orbit dim along x, bands as filled areas between the lower and upper bounds; the mosaic and disk
-layouts come from :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`. Every trace carries
+layouts come from :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`, the rotation map
+(``so3map``) from :mod:`orbitscope.viz.so3_map`. Every trace carries
 ``meta = {"series": label, "role": "value" | "band" | "marker"}`` so tests and the web interface
 can find it.
 """
@@ -21,6 +22,7 @@ from .colour_scale import colour_scale
 from ..analysis.nero import NeroData
 from .disk import render_disk_plotly
 from .mosaic import render_mosaic_plotly
+from .so3_map import render_so3_map_plotly
 
 __all__ = ["render_plotly", "figure_html"]
 
@@ -32,12 +34,14 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def render_plotly(data: NeroData, *, height: int | None = None) -> go.Figure:
-    """Draw prepared NERO data as a plotly figure (default height 480 px; disks: 300 px a model)."""
+    """Draw prepared NERO data as a plotly figure (default height 480 px; disks: 300 px a model;
+    rotation maps: 210 px a model)."""
     fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps, "mosaic": render_mosaic_plotly,
-           "disk": render_disk_plotly}[data.kind](data)
+           "disk": render_disk_plotly, "so3map": render_so3_map_plotly}[data.kind](data)
     if height is None:
-        height = 300 * len(data.series) + 120 if data.kind == "disk" else 480
-    fig.update_layout(title=data.title, height=height, margin=dict(l=40, r=40, t=100 if data.kind == "disk" else 70, b=40),
+        height = {"disk": 300 * len(data.series) + 120, "so3map": 210 * len(data.series) + 170}.get(data.kind, 480)
+    fig.update_layout(title=data.title, height=height,
+                      margin=dict(l=40, r=40, t=100 if data.kind in ("disk", "so3map") else 70, b=40),
                       legend=dict(orientation="h", y=-0.08))
     return fig
 

@@ -8,7 +8,9 @@ Renders :class:`~orbitscope.analysis.nero.NeroData` (see :mod:`orbitscope.analys
   shifts), viridis, shared colour range ([0, 1] for probabilities);
 * ``line``: metric against the orbit parameter, with bands;
 * ``mosaic`` (D4 × time reversal) and ``disk`` (NERO's SO(3) sample): see
-  :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`.
+  :mod:`orbitscope.viz.mosaic` and :mod:`orbitscope.viz.disk`;
+* ``so3map`` (a list of 3-D rotations, e.g. ``SO3Grid``): equal-area maps of the rotation axis per
+  band of rotation angle, see :mod:`orbitscope.viz.so3_map`.
 
 A selected orbit element (``marker``) is drawn as a radial line / cross / vertical line.
 """
@@ -26,6 +28,7 @@ from ..analysis.nero import MODEL_COLOURS, NeroData, prepare_aggregate, prepare_
 from ..results.result import OrbitResult
 from .disk import render_disk
 from .mosaic import render_mosaic
+from .so3_map import render_so3_map
 
 __all__ = ["render", "nero_plot", "individual_plot", "save_figure", "MODEL_COLOURS"]
 
@@ -33,7 +36,7 @@ __all__ = ["render", "nero_plot", "individual_plot", "save_figure", "MODEL_COLOU
 def render(data: NeroData) -> Figure:
     """Draw prepared NERO data as a matplotlib figure."""
     fig = {"polar": _polar, "line": _line, "heatmap": _heatmaps, "mosaic": render_mosaic,
-           "disk": render_disk}[data.kind](data)
+           "disk": render_disk, "so3map": render_so3_map}[data.kind](data)
     fig.suptitle(data.title)
     return fig
 

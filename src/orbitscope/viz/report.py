@@ -26,7 +26,7 @@ from PIL import Image
 
 from .interactive import figure_html, render_plotly
 from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_samples, layout_kind, metric_label,
-                             prepare_aggregate, prepare_individual, sample_classes,
+                             prepare_aggregate, prepare_individual, rotation_quaternions, sample_classes,
                              sample_groups)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
@@ -261,15 +261,17 @@ def _dataset_section(results: list[OrbitResult], labels: list[str], fig: Any) ->
     if not names:
         return ""
     dims = results[0].orbit_dims
+    quaternions = rotation_quaternions(results)  # a list of 3-D rotations: drawn as the rotation map
     out = ["<h2>Dataset-level metrics</h2><p class='note'>computed over all samples at each orbit element (no "
            "per-sample mean, so no band)</p><div class='grid'>"]
     for name in names:
         label = metrics[0][name].attrs.get("label") or name
         series = [NeroSeries(lab, MODEL_COLOURS[i % len(MODEL_COLOURS)], np.asarray(m[name].values))
                   for i, (m, lab) in enumerate(zip(metrics, labels))]
-        data = NeroData(kind=layout_kind(dims), scope="aggregate", metric=name, metric_label=str(label), dims=dims,
-                        coords={d: np.asarray(results[0].data.coords[d].values) for d in dims}, series=series,
-                        value_range=(0.0, 1.0), title=f"dataset-level: {label}")
+        data = NeroData(kind=layout_kind(dims, quaternions), scope="aggregate", metric=name, metric_label=str(label),
+                        dims=dims, coords={d: np.asarray(results[0].data.coords[d].values) for d in dims},
+                        series=series, value_range=(0.0, 1.0), title=f"dataset-level: {label}",
+                        info={} if quaternions is None else {"quaternions": quaternions})
         out.append(fig(render_plotly(data), height=420))
     out.append("</div>")
     return "".join(out)
