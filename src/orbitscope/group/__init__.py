@@ -19,10 +19,10 @@ from .orbits import (
 )
 from .parse import parse_orbit
 from .finite import D4, NERO_MOSAIC, Flip, TimeReversal, d4_time_reversal
-from .so3 import NeroSO3, Octahedral, RandomSO3, SO3Grid, random_quaternions, super_fibonacci
+from .so3 import NeroSO3, Octahedral, RandomSO3, SO3Grid, random_quaternions, shoemake_quaternions, super_fibonacci
 
 __all__ = ["Transforms", "rotation_matrix", "quaternion_to_matrix", "element_features", "unique_elements",
            "check_closed", "Orbit", "Rotation", "Rotation90", "Translation", "Scale", "Brightness", "Contrast",
            "Rotation3D", "Product", "Flip", "D4", "TimeReversal", "d4_time_reversal", "NERO_MOSAIC",
-           "NeroSO3", "SO3Grid", "RandomSO3", "Octahedral", "super_fibonacci", "random_quaternions", "ORBITS", "MAX_ORBIT_SIZE", "register_orbit",
+           "NeroSO3", "SO3Grid", "RandomSO3", "Octahedral", "super_fibonacci", "random_quaternions", "shoemake_quaternions", "ORBITS", "MAX_ORBIT_SIZE", "register_orbit",
            "parse_orbit", "orbit_from_spec", "list_orbits"]

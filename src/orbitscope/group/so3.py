@@ -25,7 +25,7 @@ from .grids import check_size, finite_number, inclusive_range
 from .finite import FiniteOrbit
 from .orbits import Orbit, Rotation3D, register_orbit
 
-__all__ = ["NeroSO3", "SO3Grid", "RandomSO3", "Octahedral", "super_fibonacci", "random_quaternions"]
+__all__ = ["NeroSO3", "SO3Grid", "RandomSO3", "Octahedral", "super_fibonacci", "random_quaternions", "shoemake_quaternions"]
 
 
 def _cos_sin(angle_deg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,7 +154,13 @@ def random_quaternions(n: int, seed: int = 0) -> np.ndarray:
     Shoemake, "Uniform random rotations", Graphics Gems III (1992): with u1, u2, u3 ~ U(0, 1),
     ``q = (√(1−u1) sin 2πu2, √(1−u1) cos 2πu2, √u1 sin 2πu3, √u1 cos 2πu3)``; drawn from
     ``numpy.random.default_rng(seed)``, so the same (n, seed) gives the same rotations."""
-    u1, u2, u3 = np.random.default_rng(seed).random((3, int(n)))
+    return shoemake_quaternions(np.random.default_rng(seed).random((3, int(n))))
+
+
+def shoemake_quaternions(u: np.ndarray) -> np.ndarray:
+    """Shoemake's map from uniforms ``u`` (3, n) in [0, 1) to unit quaternions (n, 4) as
+    (w, x, y, z), uniform on SO(3) when ``u`` is (see :func:`random_quaternions`)."""
+    u1, u2, u3 = np.asarray(u, dtype=np.float64)
     a, b = np.sqrt(1.0 - u1), np.sqrt(u1)
     return np.stack([a * np.sin(2 * np.pi * u2), a * np.cos(2 * np.pi * u2),
                      b * np.sin(2 * np.pi * u3), b * np.cos(2 * np.pi * u3)], -1)
