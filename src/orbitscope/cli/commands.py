@@ -369,11 +369,13 @@ def demo(
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
     ML4ML assessors on a small zoo; NERO's detection case study (our detector at 0 % vs 100 % jitter over
     window shifts, OpenCV's detectors on real photos); NERO's PIV case study (Farneback vs learned flow CNNs
-    over D4 x time reversal, and real pairs label-free). Name cases to run only those, e.g.
+    over D4 x time reversal, and real pairs label-free); NERO's point-cloud case study (PointNet and DGCNN,
+    plain vs rotation-augmented, and invariant references, over NERO's SO(3) sample and a uniform grid).
+    Name cases to run only those, e.g.
     `orbitscope demo detection`."""
     from ..demos.mnist import DEMO_CASES, run_demo
 
-    known = [c.name for c in DEMO_CASES] + ["ml4ml", "detection", "piv"]
+    known = [c.name for c in DEMO_CASES] + ["ml4ml", "detection", "piv", "pointcloud"]
     unknown = [c for c in cases or [] if c not in known]
     if unknown:
         raise ValueError(f"unknown demo case(s) {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -381,6 +383,7 @@ def demo(
     ml4ml = ml4ml and (not cases or "ml4ml" in cases)
     detection = not cases or "detection" in cases
     piv = not cases or "piv" in cases
+    pointcloud = not cases or "pointcloud" in cases
 
     logging.basicConfig(level=logging.WARNING)
     t0 = time.perf_counter()
@@ -410,6 +413,13 @@ def demo(
             result.files.update(flow_demo.files)
             result.skipped.update({f"piv {k}": v for k, v in flow_demo.skipped.items()})
             result.seconds["training"] += flow_demo.seconds["training"]
+        if pointcloud:
+            from ..demos.pointcloud import run_pointcloud_demo
+
+            cloud_demo = run_pointcloud_demo(home, out / "pointcloud", status=status, progress=progress)
+            result.files.update(cloud_demo.files)
+            result.skipped.update({f"pointcloud {k}": v for k, v in cloud_demo.skipped.items()})
+            result.seconds["training"] += cloud_demo.seconds["training"]
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
@@ -420,6 +430,10 @@ def demo(
     if piv:
         for part, rows in flow_demo.summaries.items():
             console.rule(f"PIV: {part} (EPE, px)")
+            _print_rows(rows)
+    if pointcloud:
+        for part, rows in cloud_demo.summaries.items():
+            console.rule(f"point clouds: {part} (accuracy, true-class confidence)")
             _print_rows(rows)
     if result.ml4ml is not None:
         console.rule("ML4ML assessors (demo-sized zoo)")
@@ -433,9 +447,9 @@ def demo(
         console.print(f"[yellow]skipped {case}[/]: {why}")
     console.print(f"demo finished in {time.perf_counter() - t0:.1f} s (training {result.seconds['training']:.1f} s)")
     home_arg = f" --home {home}" if home else ""
-    first = (f"{chosen[0].name}/report.html" if chosen else "detection/scenes/report.html" if detection
-             else "ml4ml/cv.csv")
-    console.print(f"next: open {out}/{first}; [bold]orbitscope runs list{home_arg}[/]; "
+    reports = [p for k, p in result.files.items() if str(p).endswith("report.html")]
+    first = reports[0] if reports else next(iter(result.files.values()), out)
+    console.print(f"next: open {first}; [bold]orbitscope runs list{home_arg}[/]; "
                   f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
 
 

@@ -75,11 +75,15 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
         if "probabilities" in res.data:
             from ..analysis.consensus import invariance_measures, with_consensus
 
-            inv = invariance_measures(res)
             agree = with_consensus(res).moments("consensus_agreement")  # streamed: exact count / cells
             row["consensus agreement"] = float(agree.total.sum() / agree.n.sum())
-            row["prediction flip rate"] = float(inv["flip_rate"].mean())
-            row["agreement with identity"] = float(inv["identity_agreement"].mean())
+            try:
+                inv = invariance_measures(res)
+            except ValueError:  # no identity element (e.g. a near-uniform SO(3) grid): no flip rates
+                pass
+            else:
+                row["prediction flip rate"] = float(inv["flip_rate"].mean())
+                row["agreement with identity"] = float(inv["identity_agreement"].mean())
         rows.append(row)
     return rows
 

@@ -1,0 +1,49 @@
+"""The point-cloud demo's summary rows, against counts done here over NERO's sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import orbitscope as osc
+from orbitscope.demos.pointcloud import rotation_rows
+from orbitscope.group.so3 import NeroSO3
+from orbitscope.tasks import PointCloudClassification
+
+
+class ZSign(nn.Module):
+    """Class 1 when the cloud's mean z³ is positive, else class 0: right for upright clouds whose
+    labels say so, wrong once they are turned upside down."""
+
+    def forward(self, p: torch.Tensor) -> torch.Tensor:
+        s = (p[..., 2] ** 3).mean(1) * 50
+        return torch.stack([-s, s], 1)
+
+
+class R:  # the Run interface rotation_rows reads
+    def __init__(self, result, run_id):
+        self.result, self.run_id = result, run_id
+
+
+def test_rotation_rows_count_each_distinct_rotation_once():
+    rng = np.random.default_rng(0)
+    clouds = rng.normal(size=(6, 40, 3)).astype(np.float32)
+    clouds[..., 2] = np.abs(clouds[..., 2]) * np.where(np.arange(6) % 2 == 0, 1, -1)[:, None]
+    labels = (np.arange(6) % 2 == 0).astype(np.int64)
+    orbit = NeroSO3(axis_step=45, angle_step=45)
+    res = osc.evaluate(ZSign(), (clouds, labels), orbit, PointCloudClassification()).result
+    row = rotation_rows([R(res, "x")], ["zsign"], orbit)[0]
+    correct = res.data["correct"].values.reshape(6, -1).astype(float)
+    mats = np.round(orbit.matrices.reshape(-1, 9), 8)
+    _, first = np.unique(mats, axis=0, return_index=True)
+    per_rotation = correct[:, np.sort(first)].mean(0)
+    assert row["rotations"] == len(first)
+    assert row["accuracy identity"] == 1.0  # upright clouds are all right
+    assert row["accuracy mean"] == round(float(per_rotation.mean()), 4)
+    assert row["accuracy worst"] == round(float(per_rotation.min()), 4) == 0.0  # upside down: all wrong
+    # the first distinct rotation at that accuracy, in NERO's coordinates
+    worst = np.sort(first)[int(np.argmin(per_rotation))]
+    plane, phi, psi = np.unravel_index(worst, orbit.shape)
+    assert row["worst rotation"] == (f"{('xy', 'xz', 'yz')[plane]} plane, axis {orbit.coords['axis_angle'][phi]:g}°, "
+                                     f"turn {orbit.coords['rotation_angle'][psi]:g}°")
