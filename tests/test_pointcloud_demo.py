@@ -47,3 +47,31 @@ def test_rotation_rows_count_each_distinct_rotation_once():
     plane, phi, psi = np.unravel_index(worst, orbit.shape)
     assert row["worst rotation"] == (f"{('xy', 'xz', 'yz')[plane]} plane, axis {orbit.coords['axis_angle'][phi]:g}°, "
                                      f"turn {orbit.coords['rotation_angle'][psi]:g}°")
+
+
+def test_cli_evaluates_built_in_meshes_over_nero_sample_with_a_saved_model(tmp_path):
+    from typer.testing import CliRunner
+
+    from orbitscope.cli.commands import app
+    from orbitscope.data.meshes import MeshClouds
+    from orbitscope.models.point_nets import PointNet
+    from orbitscope.results.store import Store
+
+    torch.manual_seed(0)
+    model = PointNet(10, width=8).eval()
+    osc.save_model(model, tmp_path / "pn.safetensors")
+    home = tmp_path / "runs"
+    out = CliRunner().invoke(app, ["evaluate", "--task", "pointcloud", "--data", "meshes:test,n=1,points=64",
+                                   "--orbit", "so3-nero:90:90", "--probabilities", "--consensus",
+                                   "--model", str(tmp_path / "pn.safetensors"), "--home", str(home)])
+    assert out.exit_code == 0, out.output
+    res = Store(home).load(Store(home).runs()[0].run_id)
+    data = MeshClouds("test", n_per_class=1, points=64)
+    assert res.task().kind == "pointcloud" and res.n_samples == len(data) == 10
+    with torch.no_grad():
+        at_identity = torch.softmax(model(torch.stack([data[i][0] for i in range(10)])), -1).numpy()
+    np.testing.assert_allclose(res.data["probabilities"].values[:, 0, 0, 0], at_identity, atol=1e-5)
+    np.testing.assert_array_equal(res.data["input_points"].values, data.clouds)
+    bad = CliRunner().invoke(app, ["evaluate", "--task", "pointcloud", "--data", "meshes:test,n=1,points=64",
+                                   "--orbit", "so3:8", "--view-size", "16", "--model", str(tmp_path / "pn.safetensors")])
+    assert bad.exit_code != 0 and "--view-size is for --task detection" in bad.output
