@@ -123,3 +123,12 @@ def test_piv_pairs_record_their_flow_type_and_the_flow_view_offers_it() -> None:
 
 def test_d4xtime_names_the_same_orbit_as_d4xt() -> None:
     assert parse_orbit("d4xtime").spec() == parse_orbit("d4xt").spec()
+
+
+def test_the_report_names_a_group_with_too_many_values_instead_of_drawing_it(tmp_path, monkeypatch) -> None:
+    from orbitscope.viz import report
+
+    monkeypatch.setattr(report, "MAX_GROUP_PLOTS", 2)
+    res = osc.evaluate(_model(), Images({"site": SITES}), "rotation90", batch_size=3).result
+    text = write_report([res], tmp_path / "r.html").read_text()
+    assert "3 distinct values, more than 2: not drawn" in text and "site north (" not in text

@@ -243,13 +243,22 @@ def write_report(
     return p
 
 
+#: most values of a sample group that get a plot each in the report
+MAX_GROUP_PLOTS = 24
+
+
 def _groups_section(results: list[OrbitResult], labels: list[str], headline: str, fig: Any) -> str:
     """Aggregate plots per value of each group the data declared (e.g. per flow type)."""
     out = []
     for name, values in sample_groups(results[0]).items():
-        out.append(f"<h2>Aggregate plots per {html.escape(name.replace('_', ' '))} "
-                   f"({metric_label(results, headline)})</h2><div class='grid'>")
-        for value in dict.fromkeys(values.tolist()):
+        distinct = list(dict.fromkeys(values.tolist()))
+        title = html.escape(name.replace('_', ' '))
+        if len(distinct) > MAX_GROUP_PLOTS:
+            out.append(f"<h2>Aggregate plots per {title}</h2><p class='note'>{len(distinct)} distinct values, more "
+                       f"than {MAX_GROUP_PLOTS}: not drawn (use aggregate(..., by={name!r}))</p>")
+            continue
+        out.append(f"<h2>Aggregate plots per {title} ({metric_label(results, headline)})</h2><div class='grid'>")
+        for value in distinct:
             mask = values == value
             out.append(fig(render_plotly(prepare_aggregate(results, headline, labels=labels, subset=mask,
                                                             title=f"{name.replace('_', ' ')} {value} "
