@@ -132,3 +132,30 @@ def test_the_report_names_a_group_with_too_many_values_instead_of_drawing_it(tmp
     res = osc.evaluate(_model(), Images({"site": SITES}), "rotation90", batch_size=3).result
     text = write_report([res], tmp_path / "r.html").read_text()
     assert "3 distinct values, more than 2: not drawn" in text and "site north (" not in text
+
+
+def test_a_group_named_like_a_recorded_variable_is_refused() -> None:
+    with pytest.raises(DataError, match="'label' would replace a recorded variable"):
+        osc.evaluate(_model(), Images({"label": SITES}), "rotation90", batch_size=3)
+
+
+def test_other_group_labels_make_another_run(tmp_path) -> None:
+    first = osc.evaluate(_model(), Images({"site": SITES}), "rotation90", batch_size=3, store=tmp_path)
+    other = osc.evaluate(_model(), Images({"site": SITES[::-1]}), "rotation90", batch_size=3, store=tmp_path)
+    assert first.run_id != other.run_id and not other.reused
+    np.testing.assert_array_equal(sample_groups(other.result)["site"], SITES[::-1])
+
+
+def test_an_empty_dataset_with_groups_says_it_is_empty() -> None:
+    class Empty(Dataset):
+        data_id = "empty"
+        sample_groups = {"site": []}
+
+        def __len__(self) -> int:
+            return 0
+
+        def __getitem__(self, i: int):
+            raise IndexError(i)
+
+    with pytest.raises(DataError, match="empty"):
+        osc.evaluate(_model(), Empty(), "rotation90", batch_size=3)

@@ -155,8 +155,11 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
             if ok is not None and not bool(ok.all()):
                 bad = ~ok
                 first = int(torch.nonzero(bad)[0])
+                element = k0 + first // b  # among the evaluated elements; the orbit's own index below
+                if ctx.expand is not None:
+                    element = int(np.flatnonzero(ctx.expand == element)[0])
                 raise ModelError(
-                    f"the model returned NaN/inf for sample {job.start + first % b} at orbit element {k0 + first // b} "
+                    f"the model returned NaN/inf for sample {job.start + first % b} at orbit element {element} "
                     f"({int(bad.sum())} of {len(bad)} outputs in this batch); check the model and its inputs"
                 )
             scores = ctx.task.score(outputs, yg, g)

@@ -39,7 +39,7 @@ from .activations import ActivationProbe
 from .chunk import ChunkJob, EvalContext, evaluate_chunk
 from .executors import Executor, get_executor
 from .model_call import ModelCall, Normalizer
-from .source import DataSource
+from .source import DataSource, groups_identity
 
 __all__ = ["evaluate", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS"]
 
@@ -300,7 +300,7 @@ def evaluate(
         if view_size is not None:
             config["view_size"] = [int(v) for v in view_size]
         if source.groups:
-            config["sample_groups"] = sorted(source.groups)
+            config["sample_groups"] = groups_identity(source.groups)
         run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         model_name = model_name or getattr(model, "name", None) or type(model).__name__
         attrs = {
@@ -328,7 +328,7 @@ def evaluate(
         if view_size is not None:
             attrs["view_size"] = config["view_size"]
         if source.groups:
-            attrs["sample_groups"] = config["sample_groups"]
+            attrs["sample_groups"] = sorted(source.groups)
         skip: set[int] = set()
         if st is not None:
             # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
@@ -382,6 +382,11 @@ def evaluate(
                       for n, dims in kind.stored.items()}
         if consensus:  # e.g. the fused consensus boxes of each sample
             per_sample.update({n: (tuple(dims), True) for n, dims in task.consensus_stored.items()})
+        taken = set(per_sample) | set(variables) | set(ENGINE_VARIABLES)
+        clash = sorted(set(source.groups) & taken)
+        if clash:
+            raise DataError(f"sample group name(s) {', '.join(map(repr, clash))} would replace a recorded variable of "
+                            f"the same name; rename the group(s) in the dataset's sample_groups")
         per_sample.update({n: ((), False) for n in source.groups})  # the dataset's sample_groups
         writer = _Writer(st, run_id, orbit, variables, probe, per_sample, dict(name=name, model_id=mid,
                          data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,

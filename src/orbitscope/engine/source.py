@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..errors import DataError
 
-__all__ = ["DataSource", "hash_arrays"]
+__all__ = ["DataSource", "hash_arrays", "groups_identity"]
 
 Collate = Callable[[Sequence[Any]], tuple[Any, Any]]
 
@@ -183,6 +183,17 @@ class DataSource:
             yield i, self.chunk_range(i)[0], self.read_chunk(i)
 
 
+def groups_identity(groups: dict[str, np.ndarray]) -> dict[str, str]:
+    """``{name: 16-hex-digit hash of its labels}``: part of a run's identity, so a run is not
+    reused for the same data with other group labels."""
+    out = {}
+    for name, values in sorted(groups.items()):
+        h = hashlib.sha256(str(values.dtype).encode())
+        h.update(np.ascontiguousarray(values).tobytes())
+        out[name] = h.hexdigest()[:16]
+    return out
+
+
 def _sample_groups(dataset: Any, n: int | None) -> dict[str, np.ndarray]:
     """A dataset's ``sample_groups``: ``{name: one label per item}`` (e.g. ``{"flow_type": ...}``),
     recorded by :func:`~orbitscope.evaluate` as per-sample variables so results can be split by
@@ -201,7 +212,7 @@ def _sample_groups(dataset: Any, n: int | None) -> dict[str, np.ndarray]:
             raise DataError(f"sample group names must be identifiers, got {name!r}")
         if arr.ndim != 1 or (n is not None and len(arr) != n):
             raise DataError(f"sample group {name!r} needs one label per item ({n}), got shape {arr.shape}")
-        if arr.dtype.kind in "US" or arr.dtype == object:
+        if arr.dtype.kind in "US" or arr.dtype == object or arr.size == 0:
             arr = arr.astype(str)
         elif arr.dtype.kind not in "iub":
             raise DataError(f"sample group {name!r} must hold strings or integers, got {arr.dtype}")
