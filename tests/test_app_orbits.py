@@ -378,3 +378,12 @@ def test_point_cloud_runs_have_no_image_view(store, kind):
     assert detail[1].children[1].children.id == "detail-bars"
     live = cb.live_detail(data, up.selection, [0, 0, 0])
     assert live[0].children == "no image view for this input kind (points): no live re-evaluation"
+
+
+def test_a_slider_with_many_stops_labels_about_five_of_them() -> None:
+    from orbitscope.app.state import live_dims
+
+    psi = [d for d in live_dims(NeroSO3()) if d.dim == "rotation_angle"][0]
+    marks = psi.marks()
+    assert len(marks) == 13  # every sampled angle is a stop
+    assert [k for k, v in marks.items() if v] == [0, 45, 90, 135, 180]

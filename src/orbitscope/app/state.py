@@ -334,6 +334,8 @@ def _as_int(value: Any, default: int) -> int:
 DISCRETE_UNITS = ("index", "flag")
 #: Most values a discrete live control labels one by one (more: only its ends are labelled).
 MAX_MARKS = 16
+#: most marks of a slider that are all labelled (D4's eight names fit)
+MAX_LABELLED = 8
 
 
 class OrbitElement(Orbit):
@@ -455,8 +457,12 @@ class LiveDim:
         labels = self.labels or tuple(f"{v:g}" for v in self.values)
         n = len(self.values)
         keep = range(n) if n <= MAX_MARKS or self.step is None else (0, n - 1)
-        many = n > MAX_MARKS
-        return {_mark_key(self.values[i]): ("" if many and i not in (0, n - 1) else labels[i]) for i in keep}
+        # every mark is a stop; beyond MAX_LABELLED marks only about five carry their label
+        every = 1 if n <= MAX_LABELLED else -(-(n - 1) // 4)
+        shown = {i for i in range(n) if i % every == 0} | {n - 1}
+        if n > MAX_MARKS:
+            shown = {0, n - 1}
+        return {_mark_key(self.values[i]): (labels[i] if i in shown else "") for i in keep}
 
 
 def _mark_key(value: float) -> float | int:
