@@ -80,7 +80,6 @@ the meshes are first loaded.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import warnings
@@ -93,6 +92,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
+from .subsets import picked_indices, subset_tag
 from .specs import register_data_spec
 
 __all__ = [
@@ -384,11 +384,6 @@ def _positive_int(what: str, value: Any) -> int:
     return int(value)
 
 
-def _subset_tag(indices: np.ndarray) -> str:
-    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
-        return f"[{indices[0]}:{indices[0] + len(indices)}]"
-    return f"[subset:{len(indices)}:{hashlib.sha1(indices.astype('<i8').tobytes()).hexdigest()[:10]}]"
-
 
 def make_cloud(name: str, split: str, index: int, points: int = 1024, seed: int = 0) -> np.ndarray:
     """Cloud ``index`` (0-based, within its class) of class ``name`` in ``split``: float32
@@ -473,19 +468,14 @@ class MeshClouds(Dataset):
 
     def subset(self, indices: slice | Sequence[int] | np.ndarray, data_id: str | None = None) -> MeshClouds:
         """The items at ``indices`` (classes kept); ``data_id`` defaults to ours + ``[a:b]`` or a hash."""
-        picked = np.arange(len(self), dtype=np.int64)[indices] if isinstance(indices, slice) else \
-            np.asarray(indices, dtype=np.int64).reshape(-1)
-        bad = picked[(picked >= len(self)) | (picked < -len(self))]
-        if bad.size:
-            raise DataError(f"subset index {int(bad[0])} is out of range for {self.data_id} ({len(self)} clouds)")
-        picked = picked % len(self)
+        picked = picked_indices(len(self), indices, self.data_id)
         new = object.__new__(MeshClouds)
         new.__dict__.update(self.__dict__)
         new.labels, new.sample_index = self.labels[picked], self.sample_index[picked]
         clouds = self.clouds[picked]
         clouds.setflags(write=False)
         new.clouds = clouds
-        new.data_id = data_id if data_id is not None else self.data_id + _subset_tag(picked)
+        new.data_id = data_id if data_id is not None else self.data_id + subset_tag(picked)
         return new
 
     def stratified(self, per_class: int) -> MeshClouds:

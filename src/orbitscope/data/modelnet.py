@@ -32,7 +32,6 @@ Data spec: ``modelnet:PATH[,split=train|test][,points=P][,seed=K][,classes=A+B][
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import re
@@ -45,6 +44,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
+from .subsets import picked_indices, subset_tag
 from .meshes import Surface, normalise_cloud
 from .specs import register_data_spec
 
@@ -229,11 +229,6 @@ def _read_list(path: Path) -> list[str]:
         raise DataError(f"cannot read {path} ({exc})") from exc
 
 
-def _subset_tag(indices: np.ndarray) -> str:
-    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
-        return f"[{indices[0]}:{indices[0] + len(indices)}]"
-    return f"[subset:{len(indices)}:{hashlib.sha1(indices.astype('<i8').tobytes()).hexdigest()[:10]}]"
-
 
 class ModelNetFolder(Dataset):
     """ModelNet10/40 clouds from a folder (either layout of the module docstring): items
@@ -386,17 +381,12 @@ class ModelNetFolder(Dataset):
     def subset(self, indices: slice | Sequence[int] | np.ndarray, data_id: str | None = None) -> ModelNetFolder:
         """The items at ``indices`` (classes kept, the cache shared); ``data_id`` defaults to ours +
         ``[a:b]`` or a hash."""
-        picked = np.arange(len(self), dtype=np.int64)[indices] if isinstance(indices, slice) else \
-            np.asarray(indices, dtype=np.int64).reshape(-1)
-        bad = picked[(picked >= len(self)) | (picked < -len(self))]
-        if bad.size:
-            raise DataError(f"subset index {int(bad[0])} is out of range for {self.data_id} ({len(self)} clouds)")
-        picked = picked % len(self)
+        picked = picked_indices(len(self), indices, self.data_id)
         new = object.__new__(ModelNetFolder)
         new.__dict__.update(self.__dict__)
         new.files = tuple(self.files[i] for i in picked)
         new.labels = self.labels[picked]
-        new.data_id = data_id if data_id is not None else self.data_id + _subset_tag(picked)
+        new.data_id = data_id if data_id is not None else self.data_id + subset_tag(picked)
         return new
 
 

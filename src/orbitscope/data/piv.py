@@ -28,7 +28,6 @@ reattachment at 5–8 step heights); Baker et al., Middlebury flow benchmark, IJ
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -43,6 +42,7 @@ from scipy.special import erf
 from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
+from .subsets import subset_tag
 from .specs import register_data_spec
 
 __all__ = [
@@ -571,11 +571,6 @@ def particle_pair(field: FlowField, rng: np.random.Generator | int, options: Par
 # --------------------------------------------------------------------------- the synthetic dataset
 
 
-def _subset_tag(indices: np.ndarray) -> str:
-    if len(indices) and np.array_equal(indices, np.arange(indices[0], indices[0] + len(indices))):
-        return f"[{indices[0]}:{indices[0] + len(indices)}]"
-    return f"[subset:{len(indices)}:{hashlib.sha1(indices.astype('<i8').tobytes()).hexdigest()[:10]}]"
-
 
 class PIVPairs(Dataset):
     """Synthetic PIV pairs with exact ground truth: items ``(frames (2, 1, H, W), flow (2, H, W))``
@@ -664,7 +659,7 @@ class PIVPairs(Dataset):
         new = object.__new__(PIVPairs)
         new.__dict__.update(self.__dict__)
         new.indices = np.asarray(picked, np.int64)
-        new.data_id = data_id if data_id is not None else self.data_id + _subset_tag(new.indices)
+        new.data_id = data_id if data_id is not None else self.data_id + subset_tag(new.indices)
         return new
 
 
@@ -890,7 +885,7 @@ class FlowFolder(Dataset):
         new = object.__new__(FlowFolder)
         new.__dict__.update(self.__dict__)
         new.items = [self.items[i] for i in picked]
-        new.data_id = data_id if data_id is not None else self.data_id + _subset_tag(np.asarray(picked, np.int64))
+        new.data_id = data_id if data_id is not None else self.data_id + subset_tag(np.asarray(picked, np.int64))
         return new
 
 
