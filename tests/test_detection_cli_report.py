@@ -108,7 +108,7 @@ def test_the_demos_photo_contexts_read_from_opencv_doc():
 
 
 def test_cli_detection_options_for_crowded_images_and_moving_views(tmp_path):
-    from orbitscope.cli.commands import _task_and_data
+    from orbitscope.tasks.setup import task_and_data as _task_and_data
 
     boxes = np.array([[4.0 * i, 4.0 * i, 4.0 * i + 3, 4.0 * i + 3] for i in range(17)], np.float32)
     crowded = DetectionSet.from_arrays([np.zeros((3, 200, 200), np.uint8)], [{"boxes": boxes, "labels": np.ones(17)}],

@@ -16,6 +16,8 @@ SpecError           ValueError                  a spec string/dict (orbit, data,
                                                 task, model) cannot be parsed or is invalid
 NotFoundError       KeyError                    a named thing (run, variable, sample, metric,
                                                 registry entry) does not exist
+JobError            RuntimeError                a job failed on a distributed executor's worker
+                                                (the worker's error is its ``cause``)
 ==================  ==========================  =============================================
 
 The command line reports these (and missing files or user modules) as one-line errors; anything
@@ -33,6 +35,7 @@ __all__ = [
     "DamagedRunError",
     "SpecError",
     "NotFoundError",
+    "JobError",
 ]
 
 
@@ -78,3 +81,12 @@ class NotFoundError(OrbitscopeError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class JobError(OrbitscopeError, RuntimeError):
+    """A job failed on a worker of a distributed executor (Ray). ``job`` is the job, ``cause``
+    the worker's exception (also ``__cause__``), ``where`` where it ran."""
+
+    def __init__(self, message: str, job: object = None, cause: BaseException | None = None, where: str = "") -> None:
+        super().__init__(message)
+        self.job, self.cause, self.where = job, cause, where

@@ -1,4 +1,5 @@
-"""Command-line interface: ``orbitscope demo | evaluate | runs | plot | report | serve``."""
+"""Command-line interface: ``orbitscope demo | evaluate | sweep | runs | plot | report | serve`` (and
+``zoo``, ``assess``, ``robust``)."""
 
 from __future__ import annotations
 
@@ -63,9 +64,13 @@ def evaluate(
                                               "image (default: 16, or the data's largest count)."),
     store_inputs: bool = typer.Option(False, "--store-inputs", help="Store the inputs (for the interface's detail "
                                       "views and live re-evaluation)."),
-    executor: str = typer.Option("local", help="Where chunks run: local, or process (a pool of --workers "
-                                 "processes). Results are identical."),
-    workers: int = typer.Option(2, help="Processes for --executor process."),
+    executor: str = typer.Option("local", help="Where chunks run: local, process (a pool of --workers processes) "
+                                 "or ray (a local Ray with --workers CPUs, or the cluster at --address). Results "
+                                 "are identical."),
+    workers: Optional[int] = typer.Option(None, help="Processes for --executor process (default 2), or CPUs of a "
+                                          "local Ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster for --executor ray: auto, HOST:PORT "
+                                          "or ray://HOST:PORT (default: a local Ray)."),
     yes: bool = typer.Option(False, "--yes", help="Run jobs larger than 20 million model inputs without refusing."),
     trust: bool = TrustOption,
     force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
@@ -73,6 +78,7 @@ def evaluate(
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
     from ..data.datasets import parse_data_spec
     from ..engine.evaluation import evaluate as run_evaluate
+    from ..tasks.setup import task_and_data
     from ..group.parse import parse_orbit
     from ..models.loading import load_user_model
     from ..results.store import Store
@@ -87,17 +93,15 @@ def evaluate(
         raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
     orb = parse_orbit(orbit)
     dataset = parse_data_spec(data)
-    job_task, dataset, view = _task_and_data(task_kind, dataset, orb, view_size, key_objects, score_threshold,
+    job_task, dataset, view = task_and_data(task_kind, dataset, orb, view_size, key_objects, score_threshold,
                                              probabilities, margin, max_objects)
     if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
         sys.path.insert(0, os.getcwd())
     net = load_user_model(model, weights, trust=trust)
     store = Store(home)
-    from ..engine.executors import EXECUTORS, get_executor
+    from .sweep import executor_from_options
 
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS.names())}")
-    runner = get_executor(executor, workers=workers) if executor == "process" else get_executor(executor)
+    runner = executor_from_options(executor, address, 2 if executor == "process" and workers is None else workers)
     with progress_bar() as bar:
         t0 = time.perf_counter()
         run = run_evaluate(
@@ -112,57 +116,6 @@ def evaluate(
     console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
                   f"→ {store.home}")
     _print_summary([run.result])
-
-
-def _task_and_data(kind: str, dataset: Any, orbit: Any, view_size: int | None, key_objects: bool,
-                   score_threshold: float, probabilities: bool, margin: int | None = None,
-                   max_objects: int | None = None) -> tuple[Any, Any, tuple[int, int] | None]:
-    """The task of ``--task``, the dataset it runs on (key-object contexts for a detection window
-    orbit) and the view size."""
-    import numpy as np
-
-    from ..data.coco import DetectionSet, key_object_contexts
-    from ..tasks import Classification, Detection, Flow, PointCloudClassification
-
-    if kind == "pointcloud":
-        if view_size is not None:
-            raise ValueError("--view-size is for --task detection (a field of view moving over context images)")
-        return PointCloudClassification(store_probabilities=probabilities), dataset, None
-    if kind == "flow":
-        if view_size is not None or probabilities:
-            raise ValueError("--view-size and --probabilities are not for --task flow (image pairs -> flow fields)")
-        return Flow(), dataset, None
-    if kind == "classification":
-        if view_size is not None:
-            raise ValueError("--view-size is for --task detection (a field of view moving over context images)")
-        return Classification(store_probabilities=probabilities), dataset, None
-    if kind != "detection":
-        raise ValueError(f"--task {kind!r}: choose classification, detection, flow or pointcloud")
-    if probabilities:
-        raise ValueError("--probabilities is for classification; detection stores its top boxes, scores and classes")
-    if max_objects is None:  # enough for the most crowded image
-        counts = [len(it.boxes) for it in dataset.items] if isinstance(dataset, DetectionSet) else []
-        max_objects = max([16, *counts])
-    if view_size is None:
-        return Detection(score_threshold=score_threshold, max_objects=max_objects, input_kind="image"), dataset, None
-    if view_size < 1:
-        raise ValueError(f"--view-size must be a positive number of pixels, got {view_size}")
-    if key_objects:
-        if not isinstance(dataset, DetectionSet):
-            raise ValueError("--key-objects needs a detection dataset (e.g. coco:ANN.json:IMAGES); use --whole-images "
-                             "for other data")
-        if margin is None:
-            other = [d for d in orbit.dims if d not in ("tx", "ty")]
-            if other:
-                raise ValueError(f"--key-objects sizes contexts from the orbit's shifts, but this orbit also moves the "
-                                 f"view by {', '.join(other)}: give --margin PIXELS (context around the view on each "
-                                 "side, enough for the view's moved corners)")
-            shifts = [np.abs(np.asarray(orbit.coords[d], dtype=float)).max() for d in orbit.dims]
-            margin = int(np.ceil(max(shifts))) if shifts else 0
-        if margin < 0:
-            raise ValueError(f"--margin must be at least 0 pixels, got {margin}")
-        dataset = key_object_contexts(dataset, view=view_size, max_shift=margin)
-    return Detection(score_threshold=score_threshold, max_objects=max_objects), dataset, (view_size, view_size)
 
 
 def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "elements")) -> None:
@@ -479,6 +432,8 @@ app.add_typer(zoo_app, name="zoo")
 app.command("assess")(friendly_errors(assess_command))
 from .robust import robust_app  # noqa: E402
 app.add_typer(robust_app, name="robust")
+from .sweep import sweep_command  # noqa: E402
+app.command("sweep")(sweep_command)
 
 
 def main() -> None:  # pragma: no cover - console entry point

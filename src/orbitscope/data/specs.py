@@ -210,4 +210,8 @@ def parse_data_spec(spec: str) -> ArrayDataset | ImageFolder:
             sub = torch.utils.data.Subset(ds, range(limit))
             sub.data_id = f"{data_id}@{limit}"  # type: ignore[attr-defined]
             ds = sub
+    try:  # how to open it again elsewhere (orbitscope.engine.shipping: Ray workers re-open it from this)
+        ds.data_spec = spec  # type: ignore[union-attr]
+    except AttributeError:  # pragma: no cover - a dataset type with __slots__
+        pass
     return ds

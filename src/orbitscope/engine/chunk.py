@@ -68,6 +68,10 @@ class EvalContext:
     #: orbit element -> its position in ``transforms`` when only the distinct elements are
     #: evaluated (3-D samples such as NERO's, where 2,847 elements hold 2,416 rotations)
     expand: np.ndarray | None = None
+    #: the model as given (before ``optimize``), and whether it was optimised: what a distributed
+    #: executor ships to its workers by reference (:mod:`orbitscope.engine.shipping`)
+    model: Any = None
+    optimize: bool = False
 
 
 def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any]:

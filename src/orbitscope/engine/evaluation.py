@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import DamagedRunError, DataError, ModelError, SpecError
+from ..errors import DamagedRunError, DataError, JobError, ModelError, SpecError
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit
 from ..kinds.base import get_kind
@@ -41,7 +41,7 @@ from .executors import Executor, get_executor
 from .model_call import ModelCall, Normalizer
 from .source import DataSource, groups_identity
 
-__all__ = ["evaluate", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS"]
+__all__ = ["evaluate", "plan_run", "PlannedRun", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,53 @@ def _check_size(n: int | None, orbit: Orbit, store: Store | None, n_vars: int, a
         )
 
 
+@dataclass
+class PlannedRun:
+    """A run ready for its chunks (from :func:`plan_run`), or a finished one found in the store
+    (``reused``). ``skip`` holds the chunks already written, ``done`` counts their samples, ``n``
+    is the run's number of samples."""
+
+    run_id: str
+    name: str
+    ctx: EvalContext | None
+    source: DataSource
+    skip: set[int]
+    seed: int
+    writer: "_Writer | None"
+    attrs: dict[str, Any]
+    done: int
+    n: int | None
+    reused: Run | None = None
+
+    def jobs(self) -> Iterator[ChunkJob]:
+        """The chunk jobs still to do, in order."""
+        return plan_jobs(self.source, self.skip, self.seed)
+
+    def write(self, job: ChunkJob, arrays: dict[str, np.ndarray]) -> None:
+        """Record one chunk's arrays (the one writer)."""
+        assert self.writer is not None
+        arrays.update(self.source.groups_of(job.start, job.stop))
+        self.writer.write(job, arrays)
+        self.done += job.stop - job.start
+        self.skip.add(job.index)  # written: jobs() no longer plans it
+
+    def finish(self) -> Run:
+        """Mark the run complete and return it."""
+        assert self.writer is not None
+        return self.writer.finish(self.done, self.attrs)
+
+    def failure(self, exc: JobError) -> Exception:
+        """The error to raise when one of this run's chunks failed on a worker: the worker's error
+        type where it is orbitscope's, with the run and the chunk named."""
+        job, cause = exc.job, exc.cause
+        where = f"chunk {job.index} (samples {job.start}–{job.stop - 1})" if isinstance(job, ChunkJob) else "a chunk"
+        message = f"run {self.name!r} ({self.run_id}), {where}, failed on {exc.where or 'a worker'}: " \
+                  f"{type(cause).__name__}: {cause}"
+        kind = type(cause) if isinstance(cause, (DataError, ModelError, SpecError)) and \
+            type(cause) in (DataError, ModelError, SpecError) else ModelError
+        return kind(message)
+
+
 def evaluate(
     model: nn.Module,
     data: Any,
@@ -217,6 +264,60 @@ def evaluate(
     Returns:
         A :class:`Run` with ``result`` (an :class:`OrbitResult`: sample × orbit dims).
     """
+    runner = get_executor(executor)
+    with ExitStack() as stack:
+        planned = plan_run(stack, model, data, orbit, task, store=store, name=name, model_name=model_name,
+                           data_id=data_id, batch_size=batch_size, forward_batch=forward_batch,
+                           memory_budget_mb=memory_budget_mb, device=device, normalize=normalize,
+                           interpolation=interpolation, padding=padding, view_size=view_size, optimize=optimize,
+                           seed=seed, store_inputs=store_inputs, activations=activations, consensus=consensus,
+                           allow_large=allow_large, resume=resume)
+        if planned.reused is not None:
+            if progress is not None:
+                progress(planned.n or 0, planned.n)
+            return planned.reused
+        try:
+            for job, arrays in runner.map(evaluate_chunk, planned.jobs(), planned.ctx):
+                planned.write(job, arrays)
+                if progress is not None:
+                    progress(planned.done, planned.n)
+        except JobError as exc:
+            raise planned.failure(exc) from exc.cause
+        return planned.finish()
+
+
+def plan_run(
+    stack: ExitStack,
+    model: nn.Module,
+    data: Any,
+    orbit: Orbit | str,
+    task: Task | None = None,
+    *,
+    store: Store | str | None = None,
+    name: str | None = None,
+    model_name: str | None = None,
+    data_id: str | None = None,
+    batch_size: int = 256,
+    forward_batch: int | None = None,
+    memory_budget_mb: float = 1024.0,
+    device: str | torch.device | None = None,
+    normalize: tuple[Sequence[float], Sequence[float]] | None = None,
+    interpolation: str = "bilinear",
+    padding: str = "zeros",
+    view_size: tuple[int, int] | None = None,
+    optimize: bool = False,
+    seed: int = 0,
+    store_inputs: bool | None = None,
+    activations: ActivationProbe | Sequence[str] | None = None,
+    consensus: bool = False,
+    allow_large: bool = False,
+    resume: bool = True,
+) -> "PlannedRun":
+    """Everything :func:`evaluate` does before its chunks run: check the arguments, work out the
+    run's identity, and reuse a finished run or plan the chunks still to do. The arguments are
+    :func:`evaluate`'s (without ``executor`` and ``progress``); the model's eval mode and the
+    run's one-writer lock are held in ``stack`` until it closes. Sweeps plan many runs this way
+    and run their chunks through one executor."""
     task = task or Classification()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -263,142 +364,134 @@ def evaluate(
     st = open_store(store) if store is not None else None
     _check_size(source.n, orbit, st, len(task.variables(0)) + (len(task.consensus_variables()) if consensus else 0),
                 allow_large)
-    runner = get_executor(executor)
+    stack.enter_context(eval_mode(model))  # each submodule's mode is restored exactly afterwards
+    mhash, mid = _model_identity(model)
+    run_model: nn.Module = model
+    if optimize:
+        from ..models.reference import optimize_for_inference
 
-    with eval_mode(model), ExitStack() as stack:  # each submodule's mode is restored exactly afterwards
-        mhash, mid = _model_identity(model)
-        run_model: nn.Module = model
-        if optimize:
-            from ..models.reference import optimize_for_inference
-
-            run_model = optimize_for_inference(model, fold_bn=True, channels_last=True)
-        run_model = run_model.to(device)
-        keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source, task)
-        config = {
-            "result_format": 2,  # bump when the stored variables change
-            "store_inputs": keep_inputs,
-            "model_hash": mhash,
-            # parameter-free layers (activations, pooling) are invisible to the weight hash
-            "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
-            "optimize": optimize,
-            "data_id": source.data_id,
-            "n_samples": source.n,
-            "orbit": orbit.spec(),
-            "task": task.spec(),
-            "chunk_size": source.chunk_size,
-            "normalize": norm.spec,
-            "interpolation": interpolation,
-            "padding": padding,
-            "seed": seed,
-        }
-        # options added after result format 2 enter the identity only when used, so earlier run
-        # ids stay as they were
-        if probe is not None:
-            config["activations"] = probe.spec()
-        if consensus:
-            config["consensus"] = True
-        if view_size is not None:
-            config["view_size"] = [int(v) for v in view_size]
-        if source.groups:
-            config["sample_groups"] = groups_identity(source.groups)
-        run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-        model_name = model_name or getattr(model, "name", None) or type(model).__name__
-        attrs = {
-            "model_name": model_name,
-            "model_id": mid,
-            "model_hash": mhash,
-            "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-            "data_id": source.data_id,
-            "orbit": orbit.spec(),
-            "orbit_dims": list(orbit.dims),
-            "task": task.spec(),
-            "normalize": config["normalize"],
-            "interpolation": interpolation,
-            "padding": padding,
-            "optimize": optimize,
-            "seed": seed,
-            "activations": probe.spec() if probe is not None else None,
-            "identity_index": orbit.identity_index() if orbit.identity_index() is not None else -1,
-            "versions": _versions(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "device": str(device),
-        }
-        if consensus:
-            attrs["consensus"] = True
-        if view_size is not None:
-            attrs["view_size"] = config["view_size"]
-        if source.groups:
-            attrs["sample_groups"] = sorted(source.groups)
-        skip: set[int] = set()
-        if st is not None:
-            # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
-            stack.enter_context(st.run_lock(run_id))
-            rec = st.find_run(run_id)
-            if rec is not None and resume:
-                if rec.complete:
-                    try:
-                        loaded = st.load(run_id, verify=True)
-                    except DamagedRunError as exc:  # recompute the damaged chunks, keep the rest
-                        log.warning("%s; recomputing the damaged chunks", exc)
-                        st.reopen_run(run_id)
-                    else:
-                        if progress is not None:
-                            progress(rec.n_samples or 0, rec.n_samples)
-                        return Run(loaded, run_id, st, reused=True)
-                skip = st.done_chunks(run_id)
-                log.info("resuming run %s: %d chunks already written", run_id, len(skip))
-            elif rec is not None:
-                st.delete_run(run_id)
-            st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
-        name = name or f"{model_name}-{orbit.kind}"
-        fb = forward_batch_for(forward_batch, memory_budget_mb, _model_input_numel(source, view_size))
-        options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
-        if view_size is not None:
-            options["view_size"] = (int(view_size[0]), int(view_size[1]))
-        weights, expand, run_transforms = None, None, transforms
-        if transforms.dim == 3:  # 3-D samples repeat rotations (NERO's: the identity 219 times): run each once
-            rep = unique_elements(transforms)
-            distinct = np.unique(rep)
-            if len(distinct) < len(transforms):
-                expand = np.searchsorted(distinct, rep)
-                run_transforms = transforms[distinct]
-        if consensus:
-            weights = np.zeros(len(run_transforms))
-            weights[np.unique(unique_elements(run_transforms))] = 1.0
-        ctx = EvalContext(
-            call=ModelCall(run_model, read=task.read_outputs, normalize=norm, channels_last=optimize, forward_batch=fb,
-                           what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform"),
-            task=task, input_kind=input_kind, target_kind=target_kind, output_kind=output_kind,
-            transforms=run_transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
-            action_options=options, probe=probe, keep_inputs=keep_inputs, consensus=consensus,
-            consensus_weights=weights, expand=expand,
-        )
-        variables = {v.name: v for v in task.variables(0)}
-        if consensus:
-            variables.update({v.name: v for v in task.consensus_variables()})
-        if probe is not None:
-            variables["activation"] = ENGINE_VARIABLES["activation"]
-        per_sample = {n: (tuple(dims), n in kind.ragged) for kind in (target_kind, input_kind)
-                      for n, dims in kind.stored.items()}
-        if consensus:  # e.g. the fused consensus boxes of each sample
-            per_sample.update({n: (tuple(dims), True) for n, dims in task.consensus_stored.items()})
-        taken = set(per_sample) | set(variables) | set(ENGINE_VARIABLES)
-        clash = sorted(set(source.groups) & taken)
-        if clash:
-            raise DataError(f"sample group name(s) {', '.join(map(repr, clash))} would replace a recorded variable of "
-                            f"the same name; rename the group(s) in the dataset's sample_groups")
-        per_sample.update({n: ((), False) for n in source.groups})  # the dataset's sample_groups
-        writer = _Writer(st, run_id, orbit, variables, probe, per_sample, dict(name=name, model_id=mid,
-                         data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,
-                         chunk_size=source.chunk_size))
-        done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
-        for job, arrays in runner.map(evaluate_chunk, plan_jobs(source, skip, seed), ctx):
-            arrays.update(source.groups_of(job.start, job.stop))
-            writer.write(job, arrays)
-            done += job.stop - job.start
-            if progress is not None:
-                progress(done, source.n)
-        return writer.finish(done, attrs)
+        run_model = optimize_for_inference(model, fold_bn=True, channels_last=True)
+    run_model = run_model.to(device)
+    keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source, task)
+    config = {
+        "result_format": 2,  # bump when the stored variables change
+        "store_inputs": keep_inputs,
+        "model_hash": mhash,
+        # parameter-free layers (activations, pooling) are invisible to the weight hash
+        "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
+        "optimize": optimize,
+        "data_id": source.data_id,
+        "n_samples": source.n,
+        "orbit": orbit.spec(),
+        "task": task.spec(),
+        "chunk_size": source.chunk_size,
+        "normalize": norm.spec,
+        "interpolation": interpolation,
+        "padding": padding,
+        "seed": seed,
+    }
+    # options added after result format 2 enter the identity only when used, so earlier run
+    # ids stay as they were
+    if probe is not None:
+        config["activations"] = probe.spec()
+    if consensus:
+        config["consensus"] = True
+    if view_size is not None:
+        config["view_size"] = [int(v) for v in view_size]
+    if source.groups:
+        config["sample_groups"] = groups_identity(source.groups)
+    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    model_name = model_name or getattr(model, "name", None) or type(model).__name__
+    attrs = {
+        "model_name": model_name,
+        "model_id": mid,
+        "model_hash": mhash,
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "data_id": source.data_id,
+        "orbit": orbit.spec(),
+        "orbit_dims": list(orbit.dims),
+        "task": task.spec(),
+        "normalize": config["normalize"],
+        "interpolation": interpolation,
+        "padding": padding,
+        "optimize": optimize,
+        "seed": seed,
+        "activations": probe.spec() if probe is not None else None,
+        "identity_index": orbit.identity_index() if orbit.identity_index() is not None else -1,
+        "versions": _versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "device": str(device),
+    }
+    if consensus:
+        attrs["consensus"] = True
+    if view_size is not None:
+        attrs["view_size"] = config["view_size"]
+    if source.groups:
+        attrs["sample_groups"] = sorted(source.groups)
+    skip: set[int] = set()
+    if st is not None:
+        # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
+        stack.enter_context(st.run_lock(run_id))
+        rec = st.find_run(run_id)
+        if rec is not None and resume:
+            if rec.complete:
+                try:
+                    loaded = st.load(run_id, verify=True)
+                except DamagedRunError as exc:  # recompute the damaged chunks, keep the rest
+                    log.warning("%s; recomputing the damaged chunks", exc)
+                    st.reopen_run(run_id)
+                else:
+                    return PlannedRun(run_id, name or f"{model_name}-{orbit.kind}", None, source, set(), seed,
+                                      None, attrs, rec.n_samples or 0, rec.n_samples,
+                                      reused=Run(loaded, run_id, st, reused=True))
+            skip = st.done_chunks(run_id)
+            log.info("resuming run %s: %d chunks already written", run_id, len(skip))
+        elif rec is not None:
+            st.delete_run(run_id)
+        st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
+    name = name or f"{model_name}-{orbit.kind}"
+    fb = forward_batch_for(forward_batch, memory_budget_mb, _model_input_numel(source, view_size))
+    options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
+    if view_size is not None:
+        options["view_size"] = (int(view_size[0]), int(view_size[1]))
+    weights, expand, run_transforms = None, None, transforms
+    if transforms.dim == 3:  # 3-D samples repeat rotations (NERO's: the identity 219 times): run each once
+        rep = unique_elements(transforms)
+        distinct = np.unique(rep)
+        if len(distinct) < len(transforms):
+            expand = np.searchsorted(distinct, rep)
+            run_transforms = transforms[distinct]
+    if consensus:
+        weights = np.zeros(len(run_transforms))
+        weights[np.unique(unique_elements(run_transforms))] = 1.0
+    ctx = EvalContext(
+        call=ModelCall(run_model, read=task.read_outputs, normalize=norm, channels_last=optimize, forward_batch=fb,
+                       what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform"),
+        task=task, input_kind=input_kind, target_kind=target_kind, output_kind=output_kind,
+        transforms=run_transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
+        action_options=options, probe=probe, keep_inputs=keep_inputs, consensus=consensus,
+        consensus_weights=weights, expand=expand, model=model, optimize=optimize,
+    )
+    variables = {v.name: v for v in task.variables(0)}
+    if consensus:
+        variables.update({v.name: v for v in task.consensus_variables()})
+    if probe is not None:
+        variables["activation"] = ENGINE_VARIABLES["activation"]
+    per_sample = {n: (tuple(dims), n in kind.ragged) for kind in (target_kind, input_kind)
+                  for n, dims in kind.stored.items()}
+    if consensus:  # e.g. the fused consensus boxes of each sample
+        per_sample.update({n: (tuple(dims), True) for n, dims in task.consensus_stored.items()})
+    taken = set(per_sample) | set(variables) | set(ENGINE_VARIABLES)
+    clash = sorted(set(source.groups) & taken)
+    if clash:
+        raise DataError(f"sample group name(s) {', '.join(map(repr, clash))} would replace a recorded variable of "
+                        f"the same name; rename the group(s) in the dataset's sample_groups")
+    per_sample.update({n: ((), False) for n in source.groups})  # the dataset's sample_groups
+    writer = _Writer(st, run_id, orbit, variables, probe, per_sample, dict(name=name, model_id=mid,
+                     data_id=source.data_id, orbit=orbit.spec(), task=task.spec(), attrs=attrs, n_samples=source.n,
+                     chunk_size=source.chunk_size))
+    done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
+    return PlannedRun(run_id, name, ctx, source, skip, seed, writer, attrs, done, source.n)
 
 
 class _Writer:

@@ -14,8 +14,8 @@ as the calling process (the thread count changes float summation order). With th
 start method a script that starts a process executor must guard its entry point with
 ``if __name__ == "__main__":`` (Python re-imports the main module in every worker).
 
-Executors are registered in :data:`EXECUTORS` (``"local"``, ``"process"``), so a distributed one
-(Ray) is a new module plus a registration.
+Executors are registered in :data:`EXECUTORS` (``"local"``, ``"process"``, and ``"ray"``: the
+distributed one, :mod:`.ray_executor`, which ships contexts by reference, :mod:`.shipping`).
 """
 
 from __future__ import annotations
@@ -141,9 +141,18 @@ EXECUTORS.register("local", LocalExecutor)
 EXECUTORS.register("process", ProcessExecutor)
 
 
+def _ray_executor(**options: Any) -> Executor:
+    from .ray_executor import RayExecutor  # ray itself is imported only when a map starts
+
+    return RayExecutor(**options)
+
+
+EXECUTORS.register("ray", _ray_executor)
+
+
 def get_executor(executor: str | Executor | None, **options: Any) -> Executor:
-    """An executor instance from a name (``"local"``, ``"process"``, or a registered one), an
-    instance (returned as is), or None (local)."""
+    """An executor instance from a name (``"local"``, ``"process"``, ``"ray"`` or another
+    registered one) built with ``options``, an instance (returned as is), or None (local)."""
     if executor is None:
         return LocalExecutor()
     if isinstance(executor, Executor):

@@ -53,6 +53,7 @@ __all__ = [
     "read_metadata",
     "load_state_dict_file",
     "load_user_model",
+    "resolve_factory",
     "describe_model",
 ]
 
@@ -374,7 +375,8 @@ def _load_archive(p: Path, trust: bool = False) -> nn.Module:
     )
 
 
-def _resolve_factory(spec: str) -> Any:
+def resolve_factory(spec: str) -> Any:
+    """The object named by ``'package.module:attr[.attr…]'`` (imported; errors say what is missing)."""
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise SpecError(f"factory spec must look like 'package.module:factory', got {spec!r}")
@@ -437,7 +439,7 @@ def load_user_model(
     if ":" not in spec or looks_like_path and not spec.split(":", 1)[0].replace(".", "").isidentifier():
         raise FileNotFoundError(f"model file not found: '{spec}' (and it is not a 'package.module:factory' spec)")
 
-    factory = _resolve_factory(spec)
+    factory = resolve_factory(spec)
     if not callable(factory):
         raise SpecError(f"'{spec}' resolves to a {type(factory).__name__}, which is not callable; name the function "
                         "or class that builds the model")
@@ -451,6 +453,8 @@ def load_user_model(
         logger.warning("load_user_model(%r): no weights given, the model keeps its initial parameters", spec)
     else:
         _load_strict(model, load_state_dict_file(weights), f"'{weights}'")
+    # how to build it again elsewhere (orbitscope.engine.shipping: Ray workers rebuild it from this)
+    model.orbitscope_factory = {"factory": spec, "kwargs": dict(factory_kwargs or {})}
     return model.to("cpu").eval()
 
 

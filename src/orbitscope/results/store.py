@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import sqlite3
+import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -70,6 +71,10 @@ CREATE TABLE IF NOT EXISTS chunks (
 
 _TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp(-journal|-wal|-shm)?$")  # with SQLite's companions
 _TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
+
+
+#: run locks held in this process: (lock file, thread id)
+_HELD_LOCKS: set[tuple[str, int]] = set()
 
 
 def default_home() -> Path:
@@ -413,11 +418,15 @@ class Store:
         import logging
 
         path = self.home / "runs" / f"{self._run_dir(run_id).name}.lock"
+        held = (str(path.resolve()), threading.get_ident())
+        if held in _HELD_LOCKS:  # waiting for our own lock would wait for ever
+            raise StoreError(f"run {run_id} is already being written by this thread (the same run twice in one sweep?)")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fh = open(path, "a+b")
         except OSError as exc:
             raise StoreError(f"cannot lock run {run_id}: {os_error_message(exc, self.home)}") from exc
+        _HELD_LOCKS.add(held)
         try:
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -426,6 +435,7 @@ class Store:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
             yield
         finally:
+            _HELD_LOCKS.discard(held)
             fh.close()  # releases the lock
 
     def reopen_run(self, run_id: str) -> None:
