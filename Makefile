@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# the full torch build with its matching torchvision (torchvision's compiled ops need it; CPU and CUDA)
 	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install -q -e '.[test]'
+	# the test extra, and Ray for the scale-out tests (on a local Ray cluster, loopback only)
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	# optional TorchAttacks adapter + PGD baseline; --no-deps: its declared deps would pull a CUDA torch
 	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
 	touch $(STAMP)

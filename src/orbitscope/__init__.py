@@ -54,6 +54,9 @@ from .tasks import Classification, Detection, Flow, Task, Variable, list_tasks, 
 # engine
 from .engine import ActivationProbe, Run, evaluate
 from .engine.executors import EXECUTORS, Executor, LocalExecutor, ProcessExecutor
+from .engine.shipping import ship_as
+from .engine.sweep import SweepResult, SweepRun, sweep
+from .engine.sweep_file import SweepPlan, load_sweep
 # results
 from .results.result import OrbitResult, aggregate, dataset_metrics, wilson_interval
 from .results.store import Store
@@ -84,6 +87,7 @@ __all__ = [
     "Task", "Classification", "Detection", "Flow", "Variable", "register_task", "list_tasks", "task_from_spec",
     # engine
     "evaluate", "Run", "ActivationProbe", "Executor", "LocalExecutor", "ProcessExecutor", "EXECUTORS",
+    "ship_as", "sweep", "SweepRun", "SweepResult", "SweepPlan", "load_sweep",
     # results
     "OrbitResult", "aggregate", "dataset_metrics", "wilson_interval", "Store",
     # analysis

@@ -24,6 +24,12 @@ drawn in blocks of :func:`block_size` samples, block b from a ``torch.Generator`
 of the stream. The k-th perturbation of an input is therefore the same whatever the batch size,
 the pool, the other inputs, and the test (tests compared on one seed see the same samples), and
 a per-input loop over :func:`perturbation_stream` reproduces certify's counts exactly.
+Certifying on an executor (``certify(..., executor="process")``, :mod:`.sharded`) splits the
+inputs into contiguous shards, one job each; a shard starting at input s numbers its streams from
+s (``stream_offset``), so every input draws exactly the perturbations of a local run, and the
+merged result equals the local one bit for bit (per-input arrays, queries, dataset numbers),
+provided sampling runs on the same kind of device (a CUDA generator draws other numbers than a
+CPU one).
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ import csv
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -47,14 +53,22 @@ from ..kinds.image import prepare_images
 from .samplers import PerturbationSampler, parse_perturbation
 from .sequential import DEFAULT_TEST, NOT_ROBUST, ROBUST, UNDECIDED, RobustnessTest, default_budget, make_test
 
-__all__ = ["CertificationResult", "certify", "certify_forward", "dataset_numbers", "perturbation_stream", "block_size",
-           "OUTCOME_NAMES"]
+if TYPE_CHECKING:
+    from ..engine.executors import Executor
+
+__all__ = ["CertificationResult", "certify", "certify_forward", "certify_slice", "merge_certifications",
+           "dataset_numbers", "perturbation_stream", "block_size", "OUTCOME_NAMES", "PER_INPUT_FIELDS"]
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int | None], None]
 #: Printable names of the int8 outcomes.
 OUTCOME_NAMES = {int(ROBUST): "robust", int(NOT_ROBUST): "not robust", int(UNDECIDED): "undecided"}
+#: The per-input arrays of a :class:`CertificationResult` (one entry per input, in data order).
+PER_INPUT_FIELDS = ("outcome", "samples", "failures", "looks", "bound", "label", "clean_pred", "first_failure",
+                    "tower_failures", "skipped")
+#: The settings every part of a sharded certification must share (:func:`merge_certifications`).
+_SHARED_SETTINGS = ("tower_m", "kappa", "alpha", "budget", "label_free", "seed", "test", "sampler", "perturbation")
 #: At most this many bytes (and samples) of perturbed images generated at once for one input.
 _BLOCK_BYTES = 32 * 2**20
 #: Most perturbations per input behind the test-set bound (the test's first look, if smaller).
@@ -228,6 +242,32 @@ def dataset_numbers(result: CertificationResult, confidence: float = 0.95) -> di
         "queries": int(result.queries),
         "confidence": confidence,
     }
+
+
+def merge_certifications(parts: Sequence[CertificationResult], seconds: float | None = None) -> CertificationResult:
+    """One result from the results of consecutive parts of the data, in data order (the shards of
+    :func:`certify` on an executor): per-input arrays (and counterexamples) concatenated, queries
+    summed, :func:`dataset_numbers` recomputed; ``seconds`` (default: the parts' sum) is the run's
+    wall time. The parts must share their settings (test, sampler, κ, α, budget, ``tower_m``,
+    mode, seed); a ValueError names the first that differs."""
+    if not parts:
+        raise ValueError("no certification results to merge")
+    first = parts[0]
+    for k, part in enumerate(parts[1:], start=1):
+        for name in _SHARED_SETTINGS:
+            if getattr(part, name) != getattr(first, name):
+                raise ValueError(f"part {k} of the certification has {name} = {getattr(part, name)!r}, part 0 "
+                                 f"{getattr(first, name)!r}: the parts come from different settings (or from "
+                                 "workers running another orbitscope version) and cannot be merged")
+    if any((p.counterexamples is None) != (first.counterexamples is None) for p in parts):
+        raise ValueError("some parts of the certification kept counterexamples and others did not")
+    arrays = {name: np.concatenate([getattr(p, name) for p in parts]) for name in PER_INPUT_FIELDS}
+    counterexamples = None if first.counterexamples is None else \
+        torch.cat([p.counterexamples for p in parts if p.counterexamples is not None])
+    result = replace(first, **arrays, queries=int(sum(p.queries for p in parts)), counterexamples=counterexamples,
+                     seconds=float(sum(p.seconds for p in parts) if seconds is None else seconds), dataset={})
+    result.dataset = dataset_numbers(result)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -622,6 +662,31 @@ def certify_forward(
     return result
 
 
+def certify_slice(
+    model: nn.Module,
+    data: Any,
+    sampler: PerturbationSampler | str,
+    *,
+    normalize: tuple[Sequence[float], Sequence[float]] | None = None,
+    device: str | torch.device,
+    stream_offset: int = 0,
+    progress: Progress | None = None,
+    **options: Any,
+) -> CertificationResult:
+    """:func:`certify`'s model path on ``data``, which may be a part of the inputs: ``model`` in eval
+    mode behind one :class:`~orbitscope.engine.model_call.ModelCall` (``normalize`` applied after the
+    perturbation, failures as ModelError), then :func:`certify_forward` with ``stream_offset`` (the
+    position of ``data``'s first input in the whole data) and ``options`` (its other keyword
+    arguments: test, kappa, alpha, budget, label_free, batch_size, max_active, seed,
+    return_counterexamples). Every shard of a certification on an executor runs this."""
+    device = torch.device(device)
+    # the one model call (normalise, forward, ModelError on failure); certify's loop slices itself
+    forward = ModelCall(model, normalize=normalize, device=device, forward_batch=2**62, what="perturbed inputs")
+    with forward.evaluating():
+        return certify_forward(forward, data, sampler, device=device, progress=progress, stream_offset=stream_offset,
+                               **options)
+
+
 def certify(
     model: nn.Module,
     data: Any,
@@ -639,6 +704,8 @@ def certify(
     seed: int = 0,
     return_counterexamples: bool = False,
     progress: Progress | None = None,
+    executor: "str | Executor | None" = None,
+    shard_size: int = 64,
 ) -> CertificationResult:
     """Test every input of ``data`` for probabilistic robustness of ``model`` (see module docs).
 
@@ -665,7 +732,19 @@ def certify(
         device: where sampling and the model run (default: the model's device).
         seed: fixes every perturbation (see the module docs on determinism).
         return_counterexamples: keep each input's first failing perturbation.
-        progress: called as ``progress(inputs_decided, n_inputs)`` as inputs are decided.
+        progress: called as ``progress(inputs_decided, n_inputs)`` as inputs are decided (on an
+            executor: as shards return).
+        executor: None or ``"local"``: certify here, in one pool (the default). Otherwise an
+            executor name (``"process"``, ``"ray"``) or instance
+            (:class:`~orbitscope.engine.executors.Executor`, a ``LocalExecutor()`` included):
+            the inputs are split into shards of ``shard_size`` consecutive inputs, each certified
+            by one job (:mod:`.sharded`), and the results merged in data order. The result equals
+            the local run's exactly (per-input streams, see the module docs); ``seconds`` is the
+            wall time. The data must be readable by index (a Dataset or arrays, not a DataLoader);
+            for processes and Ray the model and data travel to the workers (Ray: the model as its
+            architecture and weights, :mod:`orbitscope.engine.shipping`), and a sampler or test of
+            your own must come from an importable module.
+        shard_size: inputs per job with an executor.
 
     Returns:
         A :class:`CertificationResult`.
@@ -673,15 +752,22 @@ def certify(
     Raises:
         DataError: empty data, images not (B, C, H, W) in [0, 1], missing labels.
         ModelError: the model fails, returns non-(B, classes) scores, or NaN/inf.
+        (On an executor these name the shard's inputs.)
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     from ..models.reference import model_device
 
     device = torch.device(device) if device is not None else model_device(model)
-    # the one model call (normalise, forward, ModelError on failure); certify's loop slices itself
-    forward = ModelCall(model, normalize=normalize, device=device, forward_batch=2**62, what="perturbed inputs")
-    with forward.evaluating():
-        return certify_forward(forward, data, sampler, test=test, kappa=kappa, alpha=alpha, budget=budget,
-                               label_free=label_free, batch_size=batch_size, max_active=max_active, device=device,
-                               seed=seed, return_counterexamples=return_counterexamples, progress=progress)
+    options: dict[str, Any] = dict(test=test, kappa=kappa, alpha=alpha, budget=budget, label_free=label_free,
+                                   batch_size=batch_size, max_active=max_active, seed=seed,
+                                   return_counterexamples=return_counterexamples)
+    if executor is None or executor == "local":
+        return certify_slice(model, data, sampler, normalize=normalize, device=device, progress=progress, **options)
+    from .sharded import ShardedCertify, run_shards, sampler_spec
+
+    context = ShardedCertify(model=model, data=data, sampler=sampler_spec(parse_perturbation(sampler)),
+                             normalize=normalize, device=str(device), options=options, run=certify_slice)
+    t0 = time.perf_counter()
+    parts = run_shards(context, executor, shard_size=shard_size, progress=progress)
+    return merge_certifications(parts, seconds=time.perf_counter() - t0)
