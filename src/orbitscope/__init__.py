@@ -54,6 +54,7 @@ from .tasks import Classification, Detection, Flow, Task, Variable, list_tasks, 
 # engine
 from .engine import ActivationProbe, Run, evaluate
 from .engine.executors import EXECUTORS, Executor, LocalExecutor, ProcessExecutor
+from .engine.ray_executor import RayExecutor
 from .engine.shipping import ship_as
 from .engine.sweep import SweepResult, SweepRun, sweep
 from .engine.sweep_file import SweepPlan, load_sweep
@@ -87,7 +88,7 @@ __all__ = [
     "Task", "Classification", "Detection", "Flow", "Variable", "register_task", "list_tasks", "task_from_spec",
     # engine
     "evaluate", "Run", "ActivationProbe", "Executor", "LocalExecutor", "ProcessExecutor", "EXECUTORS",
-    "ship_as", "sweep", "SweepRun", "SweepResult", "SweepPlan", "load_sweep",
+    "RayExecutor", "ship_as", "sweep", "SweepRun", "SweepResult", "SweepPlan", "load_sweep",
     # results
     "OrbitResult", "aggregate", "dataset_metrics", "wilson_interval", "Store",
     # analysis

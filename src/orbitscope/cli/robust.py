@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import TrustOption, console, engine_progress, err_console, friendly_errors, parse_normalize
+from .sweep import AddressOption, ExecutorOption, WorkersOption, executor_from_options
 
 __all__ = ["robust_app", "resolve_model"]
 
@@ -123,6 +124,11 @@ def certify_command(
     seed: int = typer.Option(0, help="Seed of every perturbation (results are reproducible)."),
     csv: Optional[Path] = typer.Option(None, "--csv", help="Write per-input results (outcome, samples, failures, "
                                        "bound) to this CSV file."),
+    executor: Optional[str] = ExecutorOption,
+    address: Optional[str] = AddressOption,
+    workers: Optional[int] = WorkersOption,
+    shard_size: int = typer.Option(64, "--shard-size", help="Inputs per job with --executor (each worker certifies "
+                                   "shards of this many consecutive inputs; results equal a local run's)."),
     home: Optional[Path] = HomeOption,
     trust: bool = TrustOption,
 ) -> None:
@@ -131,6 +137,9 @@ def certify_command(
     from ..robust.samplers import parse_perturbation
 
     _check_device(device)
+    if shard_size < 1:
+        raise ValueError(f"--shard-size must be >= 1 (inputs per job), got {shard_size}")
+    runner = executor_from_options(executor, address, workers)
     sampler = parse_perturbation(perturbation)
     dataset = balanced_inputs(data, n)
     net, name = resolve_model(model, weights, home, status=lambda m: err_console.print(f"• {m}"), trust=trust)
@@ -138,7 +147,8 @@ def certify_command(
         t0 = time.perf_counter()
         result = certify(net.to(device), dataset, sampler, test=test, kappa=kappa, alpha=alpha, budget=budget,
                          label_free=label_free, normalize=parse_normalize(normalize), batch_size=batch_size,
-                         device=device, seed=seed, progress=engine_progress(bar, f"{name}: {sampler} ({test})"))
+                         device=device, seed=seed, progress=engine_progress(bar, f"{name}: {sampler} ({test})"),
+                         executor=runner, shard_size=shard_size)
         elapsed = time.perf_counter() - t0
     d = result.dataset
     table = Table(title=f"{name} on {getattr(dataset, 'data_id', data)}: {sampler}, {test} test, κ = {kappa:g}, "

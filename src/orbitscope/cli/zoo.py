@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .common import HomeOption, TrustOption, console, err_console, friendly_errors, parse_normalize
+from .sweep import AddressOption, ExecutorOption, executor_from_options
 
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..ml4ml.modeldb import ModelDatabase, ZooModel
@@ -31,21 +32,30 @@ def zoo_train(
     family: str = typer.Option(..., "--family", help="Model family: mnist-small, mnist-wide, fashion-small, fashion-wide."),
     n: int = typer.Option(..., "--n", help="Number of members to build (members start … start+n−1)."),
     start: int = typer.Option(0, "--start", help="First member index."),
-    workers: int = typer.Option(2, "--workers", help="Local processes training in parallel."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes training in parallel (default 2; "
+                                          "1 = in this process), or the CPUs of a local Ray (--executor ray)."),
+    executor: Optional[str] = ExecutorOption,
+    address: Optional[str] = AddressOption,
     home: Optional[Path] = HomeOption,
 ) -> None:
     """Train a family of small models with controlled variations and record their variance
-    matrices, metrics and provenance labels (resumes: members already recorded are skipped)."""
+    matrices, metrics and provenance labels (resumes: members already recorded are skipped).
+    Workers only train and measure; this process writes every file and database row."""
     from ..ml4ml.zoo import FAMILIES, build_family
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose from {', '.join(FAMILIES)}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    # one torch thread per job, as zoo members always train (results do not depend on the executor)
+    defaults = {"threads": 1} if executor in ("process", "ray") else None
+    runner = executor_from_options(executor, address, workers, defaults)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("models"),
                TimeElapsedColumn(), TimeRemainingColumn())
     t0 = time.perf_counter()
     with Progress(*columns, console=err_console) as bar:
         task = bar.add_task(f"zoo {family}", total=n)
-        report = build_family(family, n, store=home, workers=workers, start=start,
+        report = build_family(family, n, store=home, workers=workers or 2, start=start, executor=runner,
                               progress=lambda done, total, _name: bar.update(task, completed=done))
     console.print(f"{family}: built {len(report.built)}, already there {len(report.skipped)}, "
                   f"failed {len(report.failed)} in {time.perf_counter() - t0:.1f} s")

@@ -26,23 +26,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .._registry import Registry
+from .executor_base import Executor
 
 __all__ = ["Executor", "LocalExecutor", "ProcessExecutor", "EXECUTORS", "get_executor"]
 
 J = TypeVar("J")
 R = TypeVar("R")
-
-
-class Executor:
-    """Runs ``fn(job, context)`` for each job; yields ``(job, result)`` pairs."""
-
-    name: str = ""
-
-    def map(self, fn: Callable[[Any, Any], R], jobs: Iterable[J], context: Any = None) -> Iterator[tuple[J, R]]:
-        raise NotImplementedError  # pragma: no cover
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
 
 
 class LocalExecutor(Executor):

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from ..errors import JobError, SpecError
-from .executors import Executor
+from .executor_base import Executor
 from .shipping import ship
 
 __all__ = ["RayExecutor", "ray_module"]

@@ -17,9 +17,13 @@ Building a member trains it (cached in ``<home>/models/zoo/<family>``), evaluate
 family's test images over the test orbit with an activation probe on ``conv2`` and ``conv3``
 (one engine pass), computes its variance matrices on the images correct at the identity, saves
 them and adds the model, its metrics and its provenance label to the
-:class:`~orbitscope.ml4ml.modeldb.ModelDatabase`. :func:`build_family` runs members in parallel local
-processes; each finished member is committed at once, so an interrupted build resumes where it
-stopped.
+:class:`~orbitscope.ml4ml.modeldb.ModelDatabase`. :func:`build_family` runs members on an
+executor (local processes by default, or Ray: :mod:`orbitscope.engine.executors`): a worker
+trains and measures a member without writing anything (:func:`train_member`) and sends back the
+row, the matrices and the trained weights file's bytes; the driver, the one writer of the store,
+saves them and records the member at once (:func:`save_member`), so an interrupted build
+resumes where it stopped, and workers need no access to the store. Rows, labels and metrics do
+not depend on the executor: each member trains alone, in one torch thread, with its own seeds.
 
 Provenance label rule (:data:`PROVENANCE_RULE`, v2): a model whose accuracy at the identity
 reaches the family's floor is ``invariant`` if its augmentation covers the whole test range
@@ -33,6 +37,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from ..training.recipes import TrainRecipe
-from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
+from ..engine.executors import Executor, LocalExecutor, ProcessExecutor, get_executor
 
 __all__ = [
     "ZOO_TEST_ORBIT",
@@ -58,6 +65,9 @@ __all__ = [
     "apply_provenance_rule",
     "test_images",
     "model_matrices",
+    "MemberBuild",
+    "train_member",
+    "save_member",
     "build_member",
     "build_family",
 ]
@@ -268,9 +278,28 @@ def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] =
     return vm, metrics
 
 
-def build_member(family: str | Family, index: int, home: str | Path) -> dict[str, Any]:
-    """Train (or load) member ``index``, compute its matrices and save them; returns the row to
-    record (run in a worker process; the database is written by the caller)."""
+@dataclass
+class MemberBuild:
+    """A member as a worker built it, before anything is written (:func:`train_member`).
+
+    Attributes:
+        row: what :meth:`~orbitscope.ml4ml.modeldb.ModelDatabase.add_model` records; its
+            ``weights`` and ``matrices`` are the paths in the driver's store.
+        matrices: the member's :class:`~orbitscope.ml4ml.matrices.VarianceMatrices`.
+        weights: the bytes of its trained weights file (the cache file of its recipe).
+    """
+
+    row: dict[str, Any]
+    matrices: Any
+    weights: bytes
+
+
+def train_member(family: str | Family, index: int, home: str | Path) -> MemberBuild:
+    """Train (or load) member ``index`` and compute its matrices and metrics, writing nothing:
+    the weights are trained in a scratch folder (from the cache file of the store at ``home``
+    when this process can read it) and come back as bytes with the row and the matrices, for
+    :func:`save_member` on the driver. Runs in one torch thread (so results do not depend on
+    where it runs)."""
     import torch
 
     from .modeldb import ModelDatabase
@@ -280,22 +309,54 @@ def build_member(family: str | Family, index: int, home: str | Path) -> dict[str
     fam = get_family(family)
     recipe = member_recipe(fam, index)
     home = Path(home)
-    cache_dir = home / "models" / "zoo" / fam.name
+    cached = cache_path(recipe, home / "models" / "zoo" / fam.name)
     t0 = time.perf_counter()
-    model, info = cached_reference_model(recipe, cache_dir)
+    with tempfile.TemporaryDirectory(prefix="orbitscope-zoo-") as scratch:
+        if cached.is_file():  # the store's cache, where this worker sees it: read here, written by the driver only
+            shutil.copyfile(cached, cache_path(recipe, scratch))
+        model, info = cached_reference_model(recipe, scratch)
+        weights = cache_path(recipe, scratch).read_bytes()
     trained = time.perf_counter() - t0
     model_id = recipe.name
     vm, metrics = model_matrices(model, test_images(fam), fam.test_orbit, model_name=model_id)
     vm.attrs.update(model_id=model_id, family=fam.name)
-    path = ModelDatabase.matrices_path_for(home, fam.name, model_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    vm.save(path)
     metrics.update(test_accuracy_upright=float(info["test_accuracy"]), train_seconds=float(info["train_seconds"]),
                    build_seconds=time.perf_counter() - t0, trained_now=not info.get("from_cache", False),
                    load_or_train_seconds=trained)
-    return {"model_id": model_id, "family": fam.name, "member": index, "recipe": recipe.to_dict(),
-            "provenance": provenance(fam, recipe), "weights": str(cache_path(recipe, cache_dir)),
-            "matrices": str(path), "metrics": metrics}
+    row = {"model_id": model_id, "family": fam.name, "member": index, "recipe": recipe.to_dict(),
+           "provenance": provenance(fam, recipe), "weights": str(cached),
+           "matrices": str(ModelDatabase.matrices_path_for(home, fam.name, model_id)), "metrics": metrics}
+    return MemberBuild(row, vm, weights)
+
+
+def save_member(build: MemberBuild) -> dict[str, Any]:
+    """Write what :func:`train_member` returned (on the driver): the matrices file, and the
+    weights file where it is missing or the worker had to train the model anew (the file it
+    saw, if any, was unusable), atomically; returns the row to record."""
+    row = build.row
+    matrices = Path(row["matrices"])
+    matrices.parent.mkdir(parents=True, exist_ok=True)
+    build.matrices.save(matrices)
+    weights = Path(row["weights"])
+    if not weights.is_file() or row["metrics"].get("trained_now", False):
+        weights.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{weights.name}.", suffix=".tmp", dir=weights.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(build.weights)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600 files
+            os.replace(tmp, weights)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return row
+
+
+def build_member(family: str | Family, index: int, home: str | Path) -> dict[str, Any]:
+    """Train (or load) member ``index``, compute its matrices and save them and its weights in the
+    store at ``home`` (:func:`train_member` then :func:`save_member`); returns the row to record
+    (the database is written by the caller)."""
+    return save_member(train_member(family, index, home))
 
 
 def _record(db: Any, row: dict[str, Any], fam: Family) -> None:
@@ -315,24 +376,40 @@ class BuildReport:
     seconds: float
 
 
-def _build_job(index: int, context: tuple[Family, str]) -> tuple[dict[str, Any] | None, str | None]:
-    """Executor job: build one member; a failure comes back as its message (reported, not fatal)."""
+def _build_job(index: int, context: tuple[Family, str]) -> tuple[MemberBuild | None, str | None]:
+    """Executor job: build one member without writing (the driver saves it); a failure comes back
+    as its message (reported, not fatal)."""
     fam, home = context
     try:
-        return build_member(fam, index, home), None
+        return train_member(fam, index, home), None
     except Exception as exc:  # noqa: BLE001 - reported per member
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def _zoo_executor(executor: str | Executor | None, workers: int, jobs: int) -> Executor:
+    """The executor of a build: today's choice from ``workers`` for None, else the named or given one
+    (a named process or Ray executor with ``workers`` processes / CPUs and one thread per job)."""
+    if executor is None:
+        return LocalExecutor() if workers == 1 or jobs <= 1 else ProcessExecutor(workers, threads=1)
+    if isinstance(executor, Executor) or executor == "local":
+        return get_executor(executor)
+    return get_executor(executor, workers=workers, threads=1)
+
+
 def build_family(
     family: str, n: int, *, store: Any = None, workers: int = 2, start: int = 0,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[int, int, str], None] | None = None, executor: str | Executor | None = None,
 ) -> BuildReport:
     """Build members ``start … start+n−1`` of ``family`` into the model database of ``store``.
 
     Members already in the database are skipped (so an interrupted build resumes); the others
-    run in ``workers`` local processes (1 = in this process). ``progress(done, total, model_id)``
-    is called after each member. A member that fails is reported, not fatal.
+    run on ``executor``: None runs them in ``workers`` local processes (1 = in this process); a
+    name (``"local"``, ``"process"``, ``"ray"``: ``workers`` processes, or the CPUs of a new
+    local Ray) or an :class:`~orbitscope.engine.executors.Executor` instance (e.g. a
+    ``RayExecutor(address=...)`` joining a cluster) runs them there. Workers write nothing: this
+    process saves each member's matrices and weights and records it as it returns
+    (:func:`save_member`), whichever executor ran it. ``progress(done, total, model_id)`` is
+    called after each member. A member that fails is reported, not fatal.
     """
     from .modeldb import ModelDatabase
 
@@ -354,23 +431,28 @@ def build_family(
     if progress is not None:
         progress(done, n, "")
 
-    def finish(index: int, row: dict[str, Any] | None, err: str | None) -> None:
+    def finish(index: int, member: MemberBuild | None, err: str | None) -> None:
         nonlocal done
         name = names[index]
+        if err is None and member is not None:
+            try:
+                row = save_member(member)
+            except OSError as exc:  # e.g. a full disk: reported per member, like a failure on the worker
+                err = f"{type(exc).__name__} while saving its files: {exc}"
+            else:
+                _record(db, row, fam)
+                built.append(name)
         if err is not None:
             failed[name] = err
             log.warning("zoo member %s failed: %s", name, err)
-        else:
-            assert row is not None
-            _record(db, row, fam)
-            built.append(name)
         done += 1
         if progress is not None:
             progress(done, n, name)
 
     # one executor for every job kind (see orbitscope.engine.executors); each member trains alone with
     # its own seeds, so results do not depend on the executor or the order of completion
-    runner: Executor = LocalExecutor() if workers == 1 or len(todo) <= 1 else ProcessExecutor(workers, threads=1)
-    for i, (row, err) in runner.map(_build_job, todo, (fam, str(home))):
-        finish(i, row, err)
+    if todo:
+        runner = _zoo_executor(executor, workers, len(todo))
+        for i, (member, err) in runner.map(_build_job, todo, (fam, str(home))):
+            finish(i, member, err)
     return BuildReport(fam.name, n, built, skipped, failed, time.perf_counter() - t0)
