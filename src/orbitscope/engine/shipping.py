@@ -12,10 +12,11 @@ How a model can be built again, tried in order:
    :func:`ship_as` — the factory is called with its keyword arguments;
 2. it is a registered orbitscope architecture (it has a ``config`` with an ``"arch"``, e.g. every
    model trained by orbitscope's recipes) — :func:`~orbitscope.models.registry.build_model`;
-3. it is a TorchScript module — its archive travels as bytes.
+3. it is a TorchScript module, or a ``torch.export`` graph loaded with ``load_user_model`` from
+   an archive — the archive travels as bytes.
 
-Anything else (a model class defined in ``__main__`` or in a function, a ``torch.export`` graph)
-is refused with a :class:`~orbitscope.errors.ModelError` that says how to make it shippable. The
+Anything else (a model class defined in ``__main__`` or in a function, a graph exported in this
+process and never saved) is refused with a :class:`~orbitscope.errors.ModelError` that says how to make it shippable. The
 weights always travel with the context, so workers need no shared file system for them.
 
 Data: a dataset made by :func:`~orbitscope.data.parse_data_spec` travels as its spec string (the
@@ -58,7 +59,8 @@ class ModelRef:
     Attributes:
         how: ``"factory"`` (``source`` = ``"package.module:function"``, ``kwargs`` its
             arguments), ``"config"`` (``source`` = a registered architecture's config) or
-            ``"torchscript"`` (``weights`` is the whole archive).
+            ``"torchscript"`` / ``"export"`` (``weights`` is the whole archive, ``source`` its
+            class or file).
         weights: the state dict as bytes (``torch.save``, read back with ``weights_only=True``),
             or the TorchScript archive.
         model_hash: :func:`~orbitscope.models.reference.model_hash` of the model, checked on
@@ -78,14 +80,24 @@ class ModelRef:
         from ..models.reference import model_hash
         from ..models.registry import build_model
 
+        from ..models.reference import set_eval_mode
+
         if self.how == "torchscript":
             model = torch.jit.load(io.BytesIO(self.weights), map_location="cpu")
+        elif self.how == "export":
+            model = torch.export.load(io.BytesIO(self.weights)).module()
         else:
             model = resolve_factory(self.source)(**dict(self.kwargs)) if self.how == "factory" else build_model(dict(self.source))
             state = torch.load(io.BytesIO(self.weights), map_location="cpu", weights_only=True)
-            model.load_state_dict(state, strict=True)
-        model.eval()
-        if model_hash(model) != self.model_hash or repr(model) != self.arch:
+            try:
+                model.load_state_dict(state, strict=True)
+            except RuntimeError as exc:
+                raise ModelError(f"the model rebuilt on this worker from {self.how} {self.source!r} differs from the "
+                                 "one sent (its weights do not fit): does the factory build the same architecture "
+                                 f"every time, in every process? {str(exc).splitlines()[0]}") from exc
+        set_eval_mode(model)
+        rebuilt_layers = self.how in ("factory", "config")  # an archive's repr names its loader's class
+        if model_hash(model) != self.model_hash or rebuilt_layers and repr(model) != self.arch:
             raise ModelError(f"the model rebuilt on this worker from {self.how} {self.source!r} differs from the one "
                              "sent (its weights or layers changed): does the factory build the same architecture "
                              "every time, in every process?")
@@ -107,6 +119,14 @@ def model_ref(model: nn.Module) -> ModelRef:
         buf = io.BytesIO()
         torch.jit.save(inner, buf)
         return ModelRef("torchscript", type(inner).__name__, buf.getvalue(), h, arch)
+    archive = getattr(inner, "orbitscope_archive", None)
+    if isinstance(archive, str):  # a torch.export graph loaded from this file: the file travels
+        try:
+            with open(archive, "rb") as fh:
+                return ModelRef("export", archive, fh.read(), h, arch)
+        except OSError as exc:
+            raise ModelError(f"the torch.export archive {archive!r} this model was loaded from cannot be read "
+                             f"again to ship it: {exc}") from exc
     buf = io.BytesIO()
     torch.save(inner.state_dict(), buf)
     origin = getattr(inner, "orbitscope_factory", None)

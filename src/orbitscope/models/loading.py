@@ -434,7 +434,10 @@ def load_user_model(
             )
         if path.suffix == ".safetensors" or _file_format(path) == "safetensors":
             return load_model(path)
-        return set_eval_mode(_load_archive(path, trust))
+        archive = set_eval_mode(_load_archive(path, trust))
+        if not isinstance(archive, torch.jit.ScriptModule):  # a torch.export graph: workers load the same file
+            archive.orbitscope_archive = str(path.resolve())
+        return archive
     looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors")
     if ":" not in spec or looks_like_path and not spec.split(":", 1)[0].replace(".", "").isidentifier():
         raise FileNotFoundError(f"model file not found: '{spec}' (and it is not a 'package.module:factory' spec)")
