@@ -24,12 +24,12 @@ drawn in blocks of :func:`block_size` samples, block b from a ``torch.Generator`
 of the stream. The k-th perturbation of an input is therefore the same whatever the batch size,
 the pool, the other inputs, and the test (tests compared on one seed see the same samples), and
 a per-input loop over :func:`perturbation_stream` reproduces certify's counts exactly.
-Certifying on an executor (``certify(..., executor="process")``, :mod:`.sharded`) splits the
-inputs into contiguous shards, one job each; a shard starting at input s numbers its streams from
-s (``stream_offset``), so every input draws exactly the perturbations of a local run, and the
-merged result equals the local one bit for bit (per-input arrays, queries, dataset numbers),
-provided sampling runs on the same kind of device (a CUDA generator draws other numbers than a
-CPU one).
+Sharded = local, bit for bit: certifying on an executor (``certify(..., executor="process")``,
+:mod:`.sharded`) splits the inputs into contiguous shards, one job each, and a shard starting at
+input s numbers its streams from s (``stream_offset``); since streams are per input, every input
+draws exactly the perturbations of a local run, and the merged result equals the local one
+(per-input arrays, queries, dataset numbers), provided sampling runs on the same kind of device
+(a CUDA generator draws other numbers than a CPU one).
 """
 
 from __future__ import annotations
@@ -704,7 +704,7 @@ def certify(
     seed: int = 0,
     return_counterexamples: bool = False,
     progress: Progress | None = None,
-    executor: "str | Executor | None" = None,
+    executor: str | Executor | None = None,
     shard_size: int = 64,
 ) -> CertificationResult:
     """Test every input of ``data`` for probabilistic robustness of ``model`` (see module docs).

@@ -196,8 +196,9 @@ class ShardFailure:
     detail: str
 
     def error(self, shard: tuple[int, int], n: int, where: str) -> Exception:
-        """The error the driver raises: the worker's type where it is one of :data:`_KINDS`
-        (else ModelError), naming the shard's inputs; the traceback is attached as a note."""
+        """The error the driver raises, naming the shard's inputs: the worker's type where it is a
+        DataError, ModelError, SpecError, ValueError or TypeError (else a ModelError), with the
+        worker's traceback attached as a note."""
         start, stop = shard
         exc = _KINDS.get(self.kind, ModelError)(f"certifying inputs {start}–{stop - 1} (of {n}) failed on {where}: "
                                                 f"{self.kind}: {self.message}")
