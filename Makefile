@@ -13,13 +13,18 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# the full torch build with its matching torchvision (torchvision's compiled ops need it; CPU and CUDA)
 	$(BIN)/python -m pip install -q torch==2.14.1 torchvision==0.29.1
-	# the test extra, and Ray for the scale-out tests (on a local Ray cluster, loopback only)
-	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	# optional TorchAttacks adapter + PGD baseline; --no-deps: its declared deps would pull a CUDA torch
 	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Ray for the scale-out tests (a local Ray cluster, loopback only); the demo does not need it
+RAY_STAMP := $(VENV)/.orbitscope-ray-installed
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	touch $(RAY_STAMP)
 
 # Real Fashion-MNIST IDX files from Debian's dataset-fashion-mnist package (needs root for apt).
 datasets:
@@ -57,7 +62,7 @@ demo: $(STAMP) datasets photos
 	$(BIN)/orbitscope demo
 	@echo "open the interactive interface on the demo's runs: $(BIN)/orbitscope serve   (then http://127.0.0.1:8050/)"
 
-test: $(STAMP) datasets browser photos
+test: $(STAMP) $(RAY_STAMP) datasets browser photos
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP) datasets

@@ -70,6 +70,12 @@ def n_jobs() -> int:
     return len(ORBITS) * 2 * (-(-N_SAMPLES // CHUNK))
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(all, steal) CPU ticks since boot (/proc/stat): the share a shared VM's host took back."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(fields[:8]), fields[7]
+
+
 def timed_sweep(executor: object, plan: list[SweepRun]) -> float:
     home = Path(tempfile.mkdtemp(prefix="scale-out-"))
     try:
@@ -129,11 +135,14 @@ def main() -> None:
     paths = {"a": "local", "b": RayExecutor(num_cpus=2, threads=1), "c": RayExecutor(num_cpus=1, threads=1)}
     timed_sweep(paths["c"], plan)  # warm-up: start the workers, land the contexts (not counted)
     times: dict[str, list[float]] = {k: [] for k in paths}
+    ticks0 = cpu_ticks()
     for r in range(args.rounds):
         order = list(paths)[r % 3:] + list(paths)[: r % 3]
         for k in order:
             times[k].append(timed_sweep(paths[k], plan))
         say(f"round {r + 1}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in paths))
+    ticks1 = cpu_ticks()
+    steal = (ticks1[1] - ticks0[1]) / max(1, ticks1[0] - ticks0[0])
     rates = [empty_job_rate(paths["c"]) for _ in range(args.rounds)]
     best = {k: min(v) for k, v in times.items()}
     names = {"a": "a: local executor, in this process", "b": "b: Ray, 1 worker (num_cpus=2 per job)",
@@ -143,6 +152,7 @@ def main() -> None:
     for k, name in names.items():
         say(f"{name:44s} {best[k]:7.2f} {min(times[k]):6.2f}-{max(times[k]):<6.2f} {n_jobs() / best[k]:7.1f}")
     say()
+    say(f"CPU time taken by the host (steal) during the rounds: {100 * steal:.0f} %")
     say(f"speed-up 2 vs 1 Ray worker = {best['b'] / best['c']:.2f}   (median {statistics.median(times['b']) / statistics.median(times['c']):.2f})")
     say(f"ratio Ray 1 worker / local = {best['b'] / best['a']:.2f}   ratio Ray 2 workers / local = {best['c'] / best['a']:.2f}")
     say(f"overhead per chunk job (b − a) / {n_jobs()} = {(best['b'] - best['a']) / n_jobs() * 1000:.1f} ms "

@@ -257,3 +257,41 @@ def test_cli_sweep_on_ray(ray_address: str, tmp_path: Path) -> None:
     assert second.exit_code == 0, second.output
     rows = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert all(",reused," in r for r in rows[1:])
+
+
+def test_certify_on_ray_equals_a_local_run_bit_for_bit(ray_address: str) -> None:
+    from orbitscope.robust.certify import PER_INPUT_FIELDS, certify
+
+    torch.manual_seed(0)
+    model = build_model(SMALL)
+    with torch.no_grad():  # zero biases: predictions change under noise, so every outcome occurs
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+    data = parse_data_spec("mnist-subset:test").stratified(3)  # 30 digits, by value
+    options = dict(test="sprt", kappa=0.1, alpha=0.05, budget=64, batch_size=64, seed=3, label_free=True)
+    local = certify(model, data, "gaussian:0.3", **options)
+    remote = certify(model, data, "gaussian:0.3", executor="ray", shard_size=7, **options)
+    for name in PER_INPUT_FIELDS:
+        np.testing.assert_array_equal(getattr(local, name), getattr(remote, name), err_msg=name)
+    assert local.queries == remote.queries and local.dataset == remote.dataset
+    assert len(set(local.outcome.tolist())) >= 2  # not a trivial comparison
+
+
+def test_zoo_members_train_on_ray_and_the_driver_writes_them(ray_address: str, tmp_path: Path) -> None:
+    import dataclasses
+
+    from orbitscope.ml4ml import zoo
+    from orbitscope.ml4ml.modeldb import ModelDatabase
+
+    tiny = dataclasses.replace(zoo.FAMILIES["mnist-small"], name="tiny", n_train=200, epochs_choices=(1,),
+                               little_data=100, images_per_class=3, test_orbit="rotation:-2:2:1",
+                               test_half_range=2.0, accuracy_floor=0.3)
+    on_ray = zoo.build_family(tiny, 2, store=tmp_path / "ray", executor=RayExecutor(threads=1))
+    here = zoo.build_family(tiny, 2, store=tmp_path / "local", executor=LocalExecutor())
+    assert sorted(on_ray.built) == sorted(here.built) == ["tiny-000", "tiny-001"]
+    timings = {"train_seconds", "build_seconds", "load_or_train_seconds"}
+    for a, b in zip(ModelDatabase(tmp_path / "ray").models(), ModelDatabase(tmp_path / "local").models()):
+        assert {k: v for k, v in a.metrics.items() if k not in timings} == \
+            {k: v for k, v in b.metrics.items() if k not in timings}
+        np.testing.assert_array_equal(a.load_matrices().matrices, b.load_matrices().matrices)

@@ -20,8 +20,8 @@ process and never saved) is refused with a :class:`~orbitscope.errors.ModelError
 weights always travel with the context, so workers need no shared file system for them.
 
 Data: a dataset made by :func:`~orbitscope.data.parse_data_spec` travels as its spec string (the
-worker opens it itself: file paths in a spec must exist on every node, write them absolute for a
-remote cluster); any other map-style dataset travels by value with the standard pickle (its class
+worker opens it itself, and keeps the last four it opened for the next runs on the same data;
+file paths in a spec must exist on every node, write them absolute for a remote cluster); any other map-style dataset travels by value with the standard pickle (its class
 must be importable: not defined in ``__main__`` or in a function). A DataLoader's batches travel
 inside the jobs.
 """
@@ -151,6 +151,11 @@ def model_ref(model: nn.Module) -> ModelRef:
     )
 
 
+#: datasets opened from their spec in this (worker) process, oldest first
+_OPENED: dict[str, Any] = {}
+_KEEP_OPENED = 4
+
+
 @dataclass(frozen=True)
 class DataRef:
     """A map-style dataset by reference: its data spec (``how="spec"``) or its pickle (``"value"``)."""
@@ -164,7 +169,10 @@ class DataRef:
         if self.how == "spec":
             from ..data.specs import parse_data_spec
 
-            ds = parse_data_spec(self.payload)
+            ds = _OPENED.pop(self.payload, None) or parse_data_spec(self.payload)
+            _OPENED[self.payload] = ds  # the newest few stay open for the next run on the same data
+            while len(_OPENED) > _KEEP_OPENED:
+                _OPENED.pop(next(iter(_OPENED)))
         else:
             ds = pickle.loads(self.payload)
         got = getattr(ds, "data_id", None)
