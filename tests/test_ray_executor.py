@@ -5,6 +5,7 @@ worker killed mid-task, a driver killed mid-run, a model that fails on a worker.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -136,9 +137,12 @@ def test_a_killed_worker_is_retried_with_identical_results(ray_address: str, tmp
             if pids:
                 os.kill(pids[0], signal.SIGKILL)  # a Ray worker process, mid-task (it sleeps in forward)
                 killed.append(pids[0])
+                killed_at.append(time.time())
                 (marker / "released").touch()
                 return
             time.sleep(0.05)
+
+    killed_at: list[float] = []
 
     killer = threading.Thread(target=kill_first_worker)
     killer.start()
@@ -148,8 +152,27 @@ def test_a_killed_worker_is_retried_with_identical_results(ray_address: str, tmp
     assert killed, "no worker was seen running the model"
     with pytest.raises(ProcessLookupError):
         os.kill(killed[0], 0)  # it is gone
+    after = [p for p in marker.glob("pid-*") if p.name != f"pid-{killed[0]}" and p.stat().st_mtime > killed_at[0]]
+    assert after, "no other worker ran the model after the kill (Ray did not retry)"
     local = osc.evaluate(model, data, "rotation:0:360:90", batch_size=20)
     _same(local.result, remote.result)
+
+
+def test_a_sweep_fails_only_the_run_whose_model_cannot_travel(ray_address: str, tmp_path: Path) -> None:
+    class Local(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(784, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x.flatten(1))
+
+    data = parse_data_spec("mnist-subset:test@20")
+    runs = [SweepRun(Local(), data, "flip", model_name="local"),
+            SweepRun(_model(0), data, "flip", model_name="good", options={"batch_size": 10})]
+    result = sweep(runs, store=tmp_path / "runs", executor="ray")
+    assert [o.status for o in result.outcomes] == ["failed", "done"]
+    assert "cannot be shipped" in result.outcomes[0].error
 
 
 def test_a_model_failing_on_a_worker_names_run_and_chunk(ray_address: str) -> None:
@@ -168,7 +191,8 @@ def test_sweep_goes_on_past_a_failing_model(ray_address: str, tmp_path: Path) ->
             SweepRun(_model(1), data, "shift:-4:4:4", model_name="other", options={"batch_size": 20})]
     result = sweep(runs, store=tmp_path / "runs", executor="ray")
     assert [o.status for o in result.outcomes] == ["done", "failed", "done"]
-    assert "chunk 0 (samples 0–19)" in result.outcomes[1].error and "deliberate failure" in result.outcomes[1].error
+    assert re.search(r"run 'bad-rotation' \([0-9a-f]{16}\), chunk \d \(samples \d+–\d+\): ModelError: .*deliberate "
+                     "failure", result.outcomes[1].error)
     store = Store(tmp_path / "runs")
     assert {r.run_id for r in store.runs() if r.complete} == {result.outcomes[0].run_id, result.outcomes[2].run_id}
     from orbitscope.app.data import AppData  # the interface lists sweep runs like any others

@@ -12,8 +12,9 @@ import torch
 
 import orbitscope as osc
 from orbitscope.data.specs import parse_data_spec
+from orbitscope.engine.executors import LocalExecutor
 from orbitscope.engine.sweep import SweepRun, sweep
-from orbitscope.errors import SpecError
+from orbitscope.errors import JobError, SpecError
 from orbitscope.models.loading import save_model
 from orbitscope.models.registry import build_model
 from orbitscope.results.store import Store
@@ -103,6 +104,20 @@ def test_listed_runs_in_yaml(tmp_path: Path) -> None:
     ("data = ['mnist-subset:test@4']\norbits = ['flip']\n[defaults]\nstore = 'x'\n[[models]]\nname = 'a'\n"
      "path = 'a.safetensors'\n", r"\[defaults\]: unknown key\(s\) store"),
     ("data = [", "not valid TOML"),
+    ("data = ['mnist-subset:test@4']\norbits = ['rotation:0:x']\n[[models]]\nname = 'a'\npath = 'a.safetensors'\n",
+     r"s.toml: model 'a' on 'mnist-subset:test@4' over 'rotation:0:x'"),
+    ("data = ['mnist-subset:test@4']\norbits = ['flip']\ntasks = [{ kind = 'classification', view_size = 64 }]\n"
+     "[[models]]\nname = 'a'\npath = 'a.safetensors'\n", r"\(classification\): --view-size is for --task detection"),
+    ("[[models]]\nname = 'a'\npath = 'a.safetensors'\n[[runs]]\nmodel = 'a'\ndata = ['x', 'y']\norbit = 'flip'\n",
+     "must be one string each"),
+    ("data = ['mnist-subset:test@4']\n[[models]]\nname = 'a'\npath = 'a.safetensors'\n[[runs]]\nmodel = 'a'\n"
+     "data = 'mnist-subset:test@4'\norbit = 'flip'\n", "either \\[\\[runs\\]\\] entries or data"),
+    ("data = ['mnist-subset:test@4']\norbits = ['flip']\n[executor_options]\naddress = 'auto'\n[[models]]\n"
+     "name = 'a'\npath = 'a.safetensors'\n", "do not fit executor 'local'"),
+    ("data = ['mnist-subset:test@4']\norbits = ['flip']\nexecutor = 'slurm'\n[[models]]\nname = 'a'\n"
+     "path = 'a.safetensors'\n", "executor 'slurm' is unknown"),
+    ("data = ['mnist-subset:test@4']\norbits = ['flip']\n[[models]]\nname = 3\npath = 'a.safetensors'\n",
+     "model names are strings"),
 ])
 def test_sweep_file_errors_say_what_to_fix(tmp_path: Path, text: str, match: str) -> None:
     _files(tmp_path)
@@ -153,16 +168,82 @@ def test_an_interrupted_sweep_resumes(tmp_path: Path) -> None:
         np.testing.assert_array_equal(result.outcomes[1].run.result[v].values, ref.result[v].values)
 
 
-def test_the_same_run_twice_in_a_sweep_is_reported_not_deadlocked(tmp_path: Path) -> None:
+def test_the_same_run_twice_is_computed_once(tmp_path: Path) -> None:
     data = parse_data_spec("mnist-subset:test@10")
     model = _model(0)
     runs = [SweepRun(model, data, "flip", options={"batch_size": 10}),
             SweepRun(model, data, "flip", options={"batch_size": 10})]
     result = sweep(runs, store=tmp_path / "runs")
-    assert result.outcomes[0].status == "done"
-    assert result.outcomes[1].status == "failed" and "same run twice" in result.outcomes[1].error
+    assert [o.status for o in result.outcomes] == ["done", "done"]
+    assert result.outcomes[0].run_id == result.outcomes[1].run_id and not result.failed
+    assert len(Store(tmp_path / "runs").runs()) == 1
+
+
+def test_empty_data_and_a_dataloader_source(tmp_path: Path) -> None:
+    images, labels = torch.rand(30, 1, 28, 28), torch.randint(0, 10, (30,))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(images, labels), batch_size=8)
+    empty = (torch.zeros(0, 1, 28, 28), torch.zeros(0, dtype=torch.long))
+    runs = [SweepRun(_model(0), empty, "flip", model_name="empty"),
+            SweepRun(_model(1), loader, "flip", model_name="loader")]
+    result = sweep(runs, store=tmp_path / "runs")
+    assert result.outcomes[0].status == "failed" and "empty" in result.outcomes[0].error
+    assert result.outcomes[1].status == "done" and result.outcomes[1].samples == 30
+    ref = osc.evaluate(_model(1), loader, "flip")
+    for v in ref.result.data_vars:
+        np.testing.assert_array_equal(result.outcomes[1].run.result[v].values, ref.result[v].values)
+
+
+class FlakyExecutor(LocalExecutor):
+    """Runs jobs in place, all submitted at once (as if in flight), but reports the first job of
+    run ``bad`` as one it could not run (a worker that kept dying); with ``late``, that job fails
+    on its worker instead and the run's next job, already in flight, then could not be run."""
+
+    def __init__(self, bad: int, late: bool = False) -> None:
+        self.bad, self.late, self.calls = bad, late, 0
+
+    def map(self, fn, jobs, context=None):
+        from orbitscope.engine.sweep import ChunkFailure
+
+        self.calls += 1
+        pending = list(jobs)
+        seen = 0
+        for job in pending:
+            if job[0] == self.bad and self.calls == 1:
+                seen += 1
+                if self.late and seen == 1:
+                    yield job, ChunkFailure("ModelError", "it broke", "")
+                    continue
+                raise JobError("Ray could not run the job after 3 retries: worker died", job, None, "Ray")
+            yield job, fn(job, context)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_job_the_executor_cannot_run_fails_its_run_only(tmp_path: Path, late: bool) -> None:
+    data = parse_data_spec("mnist-subset:test@20")
+    runs = [SweepRun(_model(k), data, "flip", model_name=f"m{k}", options={"batch_size": 5}) for k in range(3)]
+    result = sweep(runs, store=tmp_path / "runs", executor=FlakyExecutor(bad=1, late=late))
+    assert [o.status for o in result.outcomes] == ["done", "failed", "done"]
+    assert "chunk 0 (samples 0–4)" in result.outcomes[1].error
+    assert ("it broke" if late else "worker died") in result.outcomes[1].error
+    ref = osc.evaluate(_model(2), data, "flip", batch_size=5)
+    for v in ref.result.data_vars:
+        np.testing.assert_array_equal(result.outcomes[2].run.result[v].values, ref.result[v].values)
 
 
 def test_sweep_needs_a_store() -> None:
     with pytest.raises(ValueError, match="needs a store"):
         sweep([], store=None)
+
+
+def test_evaluate_names_run_and_chunk_when_a_worker_died(tmp_path: Path) -> None:
+    class Dying(LocalExecutor):
+        def map(self, fn, jobs, context=None):
+            for job in jobs:
+                raise JobError("Ray could not run the job after 3 retries: worker died", job, None, "Ray")
+                yield  # pragma: no cover
+
+    data = parse_data_spec("mnist-subset:test@20")
+    with pytest.raises(JobError, match=r"run 'SmallCNN-flip' \([0-9a-f]{16}\), chunk 0 \(samples 0–9\), failed on "
+                       r"Ray: Ray could not run the job after 3 retries: worker died") as info:
+        osc.evaluate(_model(0), data, "flip", batch_size=10, executor=Dying(), store=tmp_path / "runs")
+    assert isinstance(info.value.__cause__, JobError)

@@ -73,6 +73,14 @@ class EvalContext:
     model: Any = None
     optimize: bool = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for process workers, which run ``call``: the un-optimised model is left out when
+        an optimised copy runs (only a shipping executor needs it, and it ships from here)."""
+        state = dict(self.__dict__)
+        if state.get("optimize"):
+            state["model"] = None
+        return state
+
 
 def _frame_context(kind: Kind, x: Any, options: dict[str, Any]) -> dict[str, Any]:
     """Action context for targets: the frame size of the input (and the view for windows)."""

@@ -172,15 +172,19 @@ class PlannedRun:
         return self.writer.finish(self.done, self.attrs)
 
     def failure(self, exc: JobError) -> Exception:
-        """The error to raise when one of this run's chunks failed on a worker: the worker's error
-        type where it is orbitscope's, with the run and the chunk named."""
+        """The error to raise when one of this run's chunks failed on a worker, naming the run and
+        the chunk: the worker's error type where it can carry the message (a worker that died
+        stays a :class:`~orbitscope.errors.JobError`)."""
         job, cause = exc.job, exc.cause
         where = f"chunk {job.index} (samples {job.start}–{job.stop - 1})" if isinstance(job, ChunkJob) else "a chunk"
-        message = f"run {self.name!r} ({self.run_id}), {where}, failed on {exc.where or 'a worker'}: " \
-                  f"{type(cause).__name__}: {cause}"
-        kind = type(cause) if isinstance(cause, (DataError, ModelError, SpecError)) and \
-            type(cause) in (DataError, ModelError, SpecError) else ModelError
-        return kind(message)
+        head = f"run {self.name!r} ({self.run_id}), {where}, failed on {exc.where or 'a worker'}: "
+        if cause is None or not isinstance(cause, Exception) or type(cause).__module__.startswith("ray"):
+            return JobError(head + str(exc), job, cause, exc.where)
+        message = head + f"{type(cause).__name__}: {cause}"
+        try:
+            return type(cause)(message)
+        except Exception:  # noqa: BLE001 - an exception type whose constructor wants more
+            return ModelError(message)
 
 
 def evaluate(
@@ -264,7 +268,6 @@ def evaluate(
     Returns:
         A :class:`Run` with ``result`` (an :class:`OrbitResult`: sample × orbit dims).
     """
-    runner = get_executor(executor)
     with ExitStack() as stack:
         planned = plan_run(stack, model, data, orbit, task, store=store, name=name, model_name=model_name,
                            data_id=data_id, batch_size=batch_size, forward_batch=forward_batch,
@@ -272,6 +275,7 @@ def evaluate(
                            interpolation=interpolation, padding=padding, view_size=view_size, optimize=optimize,
                            seed=seed, store_inputs=store_inputs, activations=activations, consensus=consensus,
                            allow_large=allow_large, resume=resume)
+        runner = get_executor(executor)
         if planned.reused is not None:
             if progress is not None:
                 progress(planned.n or 0, planned.n)
@@ -282,7 +286,7 @@ def evaluate(
                 if progress is not None:
                     progress(planned.done, planned.n)
         except JobError as exc:
-            raise planned.failure(exc) from exc.cause
+            raise planned.failure(exc) from exc
         return planned.finish()
 
 
@@ -312,12 +316,14 @@ def plan_run(
     consensus: bool = False,
     allow_large: bool = False,
     resume: bool = True,
+    lock_stack: ExitStack | None = None,
 ) -> "PlannedRun":
     """Everything :func:`evaluate` does before its chunks run: check the arguments, work out the
     run's identity, and reuse a finished run or plan the chunks still to do. The arguments are
     :func:`evaluate`'s (without ``executor`` and ``progress``); the model's eval mode and the
-    run's one-writer lock are held in ``stack`` until it closes. Sweeps plan many runs this way
-    and run their chunks through one executor."""
+    run's one-writer lock are held in ``stack`` until it closes (the lock in ``lock_stack`` when
+    given, so that a sweep can release each run's lock when the run ends). Sweeps plan many runs
+    this way and run their chunks through one executor."""
     task = task or Classification()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -431,7 +437,7 @@ def plan_run(
     skip: set[int] = set()
     if st is not None:
         # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
-        stack.enter_context(st.run_lock(run_id))
+        (lock_stack or stack).enter_context(st.run_lock(run_id))
         rec = st.find_run(run_id)
         if rec is not None and resume:
             if rec.complete:

@@ -14,6 +14,8 @@ class Executor:
     """Runs ``fn(job, context)`` for each job; yields ``(job, result)`` pairs."""
 
     name: str = ""
+    #: sends contexts to other machines by reference (:func:`orbitscope.engine.shipping.ship`)
+    ships_by_reference: bool = False
 
     def map(self, fn: Callable[[Any, Any], R], jobs: Iterable[J], context: Any = None) -> Iterator[tuple[J, R]]:
         raise NotImplementedError  # pragma: no cover

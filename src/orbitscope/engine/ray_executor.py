@@ -9,10 +9,13 @@ joins a cluster: ``"auto"`` (the one ``ray start`` started on this machine), ``"
 * The shared context is shipped once per :meth:`map` by reference (:mod:`.shipping`: the model
   as its factory or config plus its weights, the data as its spec or arrays), put in Ray's object
   store, and landed once per worker process (rebuilt and cached there).
-* Each job is a task with ``num_cpus`` CPUs and, when the cluster has GPUs, ``num_gpus`` GPUs; a
-  task given a GPU runs the model on ``cuda``. Results (dicts of numpy arrays) return through the
-  object store. At most ``in_flight`` tasks are pending at once, and results are yielded as they
-  complete.
+* Each job is a task with ``num_cpus`` CPUs. It runs on the device the caller chose (the
+  model's, or ``evaluate(device=...)``), so results are the caller's: a CPU evaluation stays on
+  CPUs even on a cluster with GPUs. Work on ``cuda`` asks each task for one GPU (or
+  ``num_gpus``); ``num_gpus > 0`` given for CPU work moves the model to the worker's GPU (faster,
+  and then results differ from a CPU run in the last float bits; run ids do not record the
+  device). Results (dicts of numpy arrays) return through the object store. At most
+  ``in_flight`` tasks are pending at once, and results are yielded as they complete.
 * Faults: a task whose worker process dies is retried by Ray (``max_retries`` times); a job that
   raises comes back as a :class:`~orbitscope.errors.JobError` whose ``cause`` is the worker's
   exception (the caller names the run and chunk).
@@ -73,6 +76,18 @@ def _run_task(fn: Callable[[Any, Any], Any], job: Any, holder: list[Any], thread
     return fn(job, ctx)
 
 
+def _devices(shipped: Any) -> set[str]:
+    """The device types a shipped context (or a set of them) runs on."""
+    items = shipped.values() if isinstance(shipped, dict) else [shipped]
+    out = set()
+    for item in items:
+        ctx = getattr(item, "context", item)
+        dev = getattr(ctx, "device", None)
+        if dev is not None:
+            out.add(getattr(dev, "type", str(dev)))
+    return out
+
+
 class RayExecutor(Executor):
     """Jobs as Ray tasks (see the module docs).
 
@@ -82,7 +97,7 @@ class RayExecutor(Executor):
         workers: CPUs of a new local Ray (default: this machine's CPU count); ignored when
             joining a cluster.
         num_cpus: CPUs per task.
-        num_gpus: GPUs per task; None: 1 when the cluster has a GPU, else 0.
+        num_gpus: GPUs per task; None: 1 for work on ``cuda``, else 0 (see the module docs).
         threads: torch threads per task (default: this process's ``torch.get_num_threads()``).
         max_retries: times Ray reruns a task whose worker process died.
         in_flight: most pending tasks (default: twice the tasks the cluster runs at once).
@@ -90,6 +105,7 @@ class RayExecutor(Executor):
     """
 
     name = "ray"
+    ships_by_reference = True
 
     def __init__(self, address: str | None = None, workers: int | None = None, num_cpus: float = 1,
                  num_gpus: float | None = None, threads: int | None = None, max_retries: int = 3,
@@ -116,6 +132,9 @@ class RayExecutor(Executor):
         """Join (or start) Ray; returns the ``ray`` module."""
         ray = ray_module()
         if ray.is_initialized():
+            if self.address:
+                logging.getLogger(__name__).info("Ray is already running in this process; using it, not %r",
+                                                 self.address)
             return ray
         options: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
         options.update(self.init_options)
@@ -132,30 +151,38 @@ class RayExecutor(Executor):
         return ray
 
     def close(self) -> None:
-        """Shut down the local Ray this executor started (a joined cluster keeps running)."""
+        """Shut down the local Ray this executor started (a joined cluster keeps running). A local
+        Ray otherwise stays up for this process's later maps and stops when the process exits."""
         if self.started_here:
             ray_module().shutdown()
             self.started_here = False
 
-    def _gpus(self, ray: Any) -> float:
+    def _gpus(self, shipped: Any) -> float:
         if self.num_gpus is not None:
             return float(self.num_gpus)
-        return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+        return 1.0 if "cuda" in _devices(shipped) else 0.0
 
     def map(self, fn: Callable[[Any, Any], R], jobs: Iterable[J], context: Any = None) -> Iterator[tuple[J, R]]:
-        ray = self.connect()
+        it = iter(jobs)
+        try:  # no jobs (e.g. every chunk already written): neither Ray nor the model is needed
+            first = [next(it)]
+        except StopIteration:
+            return
         shipped = ship(context)
+        ray = self.connect()
         holder = [ray.put(shipped)]
-        gpus = self._gpus(ray)
+        gpus = self._gpus(shipped)
+        if gpus > 0 and ray.cluster_resources().get("GPU", 0) < gpus:
+            raise SpecError(f"each job needs {gpus:g} GPU(s) but the Ray cluster has "
+                            f"{ray.cluster_resources().get('GPU', 0):g}: evaluate on cpu, or join a cluster with GPUs")
         task = ray.remote(_run_task).options(num_cpus=self.num_cpus, num_gpus=gpus, max_retries=self.max_retries)
         device = "auto" if gpus > 0 else None
         limit = self.in_flight or max(2, int(2 * ray.cluster_resources().get("CPU", 1) // self.num_cpus))
-        it = iter(jobs)
         pending: dict[Any, Any] = {}
 
         def submit() -> bool:
             try:
-                job = next(it)
+                job = first.pop() if first else next(it)
             except StopIteration:
                 return False
             pending[task.remote(fn, job, holder, self.threads, device)] = job
@@ -173,10 +200,23 @@ class RayExecutor(Executor):
                     submit()
                     yield job, result
         finally:
-            for ref in pending:
+            self._drop(ray, list(pending))
+
+    @staticmethod
+    def _drop(ray: Any, refs: list[Any]) -> None:
+        """Cancel the tasks still pending when a map stops early, and collect their results (an
+        error nobody fetched would be printed by Ray as "unhandled")."""
+        for ref in refs:
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - best effort: the task may be finishing
+                pass
+        if refs:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=2.0)
+            for ref in done:
                 try:
-                    ray.cancel(ref)
-                except Exception:  # noqa: BLE001 - best effort: the task may be finishing
+                    ray.get(ref)
+                except Exception:  # noqa: BLE001 - cancelled or failed: nobody needs it now
                     pass
 
     def _result(self, ray: Any, ref: Any, job: Any) -> Any:

@@ -212,6 +212,7 @@ class ShippedEval:
     call: dict[str, Any]
     data: DataRef | None
     source: tuple[int, str, Any] | None
+    is_shipped = True  # a class attribute: ready to travel (ship() returns it as it is)
 
     def landed(self, device: torch.device | str | None = None) -> EvalContext:
         """The context rebuilt on this worker (on ``device``; default: the driver's device)."""
@@ -221,6 +222,9 @@ class ShippedEval:
 
         ctx = self.context
         dev = torch.device(device) if device is not None else ctx.device
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ModelError("this evaluation runs on cuda but this worker has no GPU: give the executor "
+                             "num_gpus=1 (Ray schedules the jobs on GPU nodes), or evaluate on cpu")
         net = self.model.build()
         if self.optimize:
             net = optimize_for_inference(net, fold_bn=True, channels_last=True)
@@ -237,6 +241,8 @@ class ShippedEval:
 
 class Verbatim:
     """A context that travels as it is (it holds no model or dataset that needs a reference)."""
+
+    is_shipped = True
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -255,6 +261,8 @@ class Contexts(dict):
 
 
 class _LazyContexts(Contexts):
+    is_shipped = True
+
     def __init__(self, shipped: dict[Any, Any], device: Any) -> None:
         super().__init__()
         self.shipped, self.device = shipped, device
@@ -266,7 +274,10 @@ class _LazyContexts(Contexts):
 
 
 def ship(context: Any) -> Any:
-    """``context`` ready to travel: an object whose ``landed(device)`` rebuilds it on a worker."""
+    """``context`` ready to travel: an object whose ``landed(device)`` rebuilds it on a worker
+    (a context shipped already is returned as it is)."""
+    if getattr(context, "is_shipped", False):
+        return context
     if isinstance(context, EvalContext):
         if context.model is None:
             raise ModelError("this evaluation context names no model to ship (EvalContext.model)")

@@ -144,9 +144,12 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
         resume: reuse finished runs and continue unfinished ones (False: recompute them all).
 
     Returns:
-        A :class:`SweepResult`; runs that failed are in it with their error, never raised.
+        A :class:`SweepResult`. A run that fails (planning, shipping, a chunk on a worker, writing
+        it) is in it with its error, never raised; a run listed twice (the same run id) is
+        computed once and both entries get its outcome.
     """
-    from ..results.store import open_store
+    from ..results.store import RunBusyError, open_store
+    from .shipping import ship
 
     if store is None:
         raise ValueError("a sweep needs a store (a directory): every run is written there as it goes")
@@ -155,33 +158,67 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
     t0 = time.perf_counter()
     outcomes = [SweepOutcome(spec, "planned") for spec in runs]
     planned: dict[int, PlannedRun] = {}
+    locks: dict[int, ExitStack] = {}
     started: dict[int, float] = {}
+    duplicates: dict[int, str] = {}  # entry -> the run id it repeats
 
     def report(i: int, status: str) -> None:
         if progress is not None:
             p = planned.get(i)
             progress(i, p.done if p is not None else 0, p.n if p is not None else None, status)
 
+    def release(i: int) -> None:
+        lock = locks.pop(i, None)
+        if lock is not None:
+            lock.close()
+
     def fail(i: int, message: str) -> None:
         o = outcomes[i]
         o.status, o.error = "failed", message
         o.seconds = time.perf_counter() - started.get(i, t0)
-        planned.pop(i, None)
         report(i, "failed")
+        planned.pop(i, None)
+        release(i)
 
-    with ExitStack() as stack:
+    def finish(i: int) -> None:
+        p = planned[i]
+        o = outcomes[i]
+        try:
+            o.run = p.finish()
+        except (OrbitscopeError, OSError, ValueError) as exc:  # e.g. an empty dataset, a full disk
+            fail(i, f"run {p.name!r} ({p.run_id}): {type(exc).__name__}: {exc}")
+            return
+        o.status, o.samples = "done", p.done
+        o.seconds = time.perf_counter() - started.get(i, t0)
+        report(i, "done")
+        planned.pop(i)
+        release(i)
+
+    # the models' eval modes stay in one stack for the whole sweep (a model may serve several runs);
+    # each run's one-writer lock is released as soon as that run ends
+    with ExitStack() as modes:
+        modes.callback(lambda: [release(i) for i in list(locks)])
         for i, spec in enumerate(runs):
             o = outcomes[i]
+            lock = locks[i] = ExitStack()
             try:
-                p = plan_run(stack, spec.model, spec.data, spec.orbit, spec.task, store=st, name=spec.name,
-                             model_name=spec.model_name, resume=resume, **spec.options)
-            except (OrbitscopeError, ValueError, TypeError, RuntimeError) as exc:
+                p = plan_run(modes, spec.model, spec.data, spec.orbit, spec.task, store=st, name=spec.name,
+                             model_name=spec.model_name, resume=resume, lock_stack=lock, **spec.options)
+                if runner.ships_by_reference and p.reused is None:
+                    ship(p.ctx)  # a model or dataset that cannot travel fails this run only
+            except RunBusyError as exc:
+                duplicates[i] = exc.run_id
+                release(i)
+                continue
+            except (OrbitscopeError, ValueError, TypeError, RuntimeError, OSError) as exc:
                 o.status, o.error = "failed", f"{spec.label or spec.name or f'run {i}'}: {type(exc).__name__}: {exc}"
+                release(i)
                 report(i, "failed")
                 continue
             o.run_id, o.name = p.run_id, p.name
             if p.reused is not None:
                 o.status, o.run, o.samples = "reused", p.reused, p.n or 0
+                release(i)
                 if progress is not None:
                     progress(i, p.n or 0, p.n, "reused")
                 continue
@@ -194,19 +231,15 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                 p = planned.get(i)
                 if p is None:
                     continue
-                for job in p.jobs():
-                    if i not in planned:  # it failed meanwhile: skip its remaining chunks
-                        break
-                    started.setdefault(i, time.perf_counter())
-                    yield i, job
-
-        def finish(i: int) -> None:
-            p = planned.pop(i)
-            o = outcomes[i]
-            o.run, o.status, o.samples = p.finish(), "done", p.done
-            o.seconds = time.perf_counter() - started.get(i, t0)
-            if progress is not None:
-                progress(i, p.done, p.n, "done")
+                try:
+                    for job in p.jobs():
+                        if i not in planned:  # it failed meanwhile: skip its remaining chunks
+                            break
+                        started.setdefault(i, time.perf_counter())
+                        yield i, job
+                except (OrbitscopeError, OSError, ValueError, TypeError, RuntimeError) as exc:  # reading its data
+                    if i in planned:
+                        fail(i, f"run {p.name!r} ({p.run_id}): reading its data failed: {type(exc).__name__}: {exc}")
 
         while planned:
             try:
@@ -217,16 +250,34 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                     if isinstance(result, ChunkFailure):
                         fail(i, f"run {p.name!r} ({p.run_id}), {_chunk_text(job)}: {result.kind}: {result.message}")
                         continue
-                    p.write(job, result)
+                    try:
+                        p.write(job, result)
+                    except (OrbitscopeError, OSError, ValueError) as exc:
+                        fail(i, f"run {p.name!r} ({p.run_id}), writing {_chunk_text(job)}: {type(exc).__name__}: {exc}")
+                        continue
                     report(i, "running")
-                    if p.source.n_chunks is not None and len(p.skip) == p.source.n_chunks:
+                    if p.source.n_chunks is not None and len(p.skip) >= p.source.n_chunks:
                         finish(i)
-                for i in sorted(planned):  # sources of unknown length end when their jobs do
+                for i in sorted(planned):  # sources of unknown length (or empty ones) end when their jobs do
                     finish(i)
-            except JobError as exc:  # the executor could not run a job at all (e.g. workers kept dying)
-                key, job = exc.job if isinstance(exc.job, tuple) else (None, None)
-                if key not in planned:
-                    raise
-                p = planned[key]
-                fail(key, f"run {p.name!r} ({p.run_id}), {_chunk_text(job)}: {exc}")
+            except JobError as exc:  # the executor could not run a job at all (e.g. its workers kept dying)
+                key, job = exc.job if isinstance(exc.job, tuple) and len(exc.job) == 2 else (None, None)
+                if key in planned:
+                    p = planned[key]
+                    where = _chunk_text(job) if isinstance(job, ChunkJob) else "a chunk"
+                    fail(key, f"run {p.name!r} ({p.run_id}), {where}: {exc}")
+                elif key is None:
+                    for i in sorted(planned):
+                        fail(i, f"the executor failed: {exc}")
+                # else: a late failure of a run that failed already; go on with the others
+    by_id = {o.run_id: o for o in outcomes if o.run_id is not None}
+    for i, run_id in duplicates.items():
+        first = by_id.get(run_id)
+        o = outcomes[i]
+        if first is None:  # pragma: no cover - the busy run is always one planned before
+            o.status, o.error = "failed", f"run {run_id} is being written elsewhere in this process"
+            continue
+        o.run_id, o.name, o.status, o.run, o.error, o.samples = (first.run_id, first.name, first.status, first.run,
+                                                                  first.error, first.samples)
+        report(i, o.status)
     return SweepResult(outcomes, time.perf_counter() - t0, getattr(runner, "name", type(runner).__name__))

@@ -139,8 +139,10 @@ def _load_model(entry: dict[str, Any], base: Path, trust: bool) -> Any:
     from ..models.loading import load_user_model
 
     name = entry.get("name")
-    if not isinstance(name, str) or not name:
+    if name is None or name == "":
         raise SpecError(f"every model needs a name, got {entry!r}")
+    if not isinstance(name, str):
+        raise SpecError(f"model names are strings: write name = \"{name}\", not {name!r}")
     path, factory = entry.get("path"), entry.get("factory")
     if (path is None) == (factory is None):
         raise SpecError(f"model {name!r}: give either path (a model file) or factory ('package.module:function')")
@@ -200,6 +202,8 @@ def load_sweep(path: str | os.PathLike[str], *, trust: bool = False) -> SweepPla
     if not models:
         raise SpecError(f"{p}: no models; add [[models]] entries with a name and a path or factory")
     combos: list[tuple[str, str, str, Any, dict[str, Any], str | None]] = []
+    if raw.get("runs") and any(raw.get(k) for k in ("data", "orbits", "tasks")):
+        raise SpecError(f"{p}: give either [[runs]] entries or data/orbits/tasks lists (their cross product), not both")
     if raw.get("runs"):
         for k, entry in enumerate(_strings(raw, "runs", str(p))):
             where = f"{p}: [[runs]] entry {k + 1}"
@@ -207,6 +211,10 @@ def load_sweep(path: str | os.PathLike[str], *, trust: bool = False) -> SweepPla
             missing = [key for key in ("model", "data", "orbit") if key not in entry]
             if missing:
                 raise SpecError(f"{where}: missing {', '.join(missing)}")
+            wrong = [key for key in ("model", "data", "orbit") if not isinstance(entry[key], str)]
+            if wrong:
+                raise SpecError(f"{where}: {', '.join(wrong)} must be one string each (a [[runs]] entry is one "
+                                "combination; list several entries, or use the data/orbits lists)")
             combos.append((entry["model"], entry["data"], entry["orbit"], entry.get("task", "classification"),
                            _options(entry.get("options"), where), entry.get("name")))
     else:
@@ -224,10 +232,16 @@ def load_sweep(path: str | os.PathLike[str], *, trust: bool = False) -> SweepPla
         kind, task_opts = _task(task_entry, f"{p}: task {task_entry!r}")
         if kind not in TASK_KINDS:
             raise SpecError(f"{p}: task {kind!r} is unknown; choose {', '.join(TASK_KINDS)}")
-        if data_spec not in datasets:
-            datasets[data_spec] = parse_data_spec(data_spec)
-        orbit = parse_orbit(orbit_spec)
-        task, dataset, view = task_and_data(kind, datasets[data_spec], orbit, **task_opts)
+        for what, value in (("data", data_spec), ("orbit", orbit_spec)):
+            if not isinstance(value, str):
+                raise SpecError(f"{p}: every {what} is a spec string, got {value!r}")
+        try:
+            if data_spec not in datasets:
+                datasets[data_spec] = parse_data_spec(data_spec)
+            orbit = parse_orbit(orbit_spec)
+            task, dataset, view = task_and_data(kind, datasets[data_spec], orbit, **task_opts)
+        except (ValueError, TypeError) as exc:  # SpecError and DataError are ValueErrors
+            raise SpecError(f"{p}: model {model!r} on {data_spec!r} over {orbit_spec!r} ({kind}): {exc}") from exc
         options = {**defaults, **opts}
         if model in norms:
             options.setdefault("normalize", norms[model])
@@ -244,6 +258,14 @@ def load_sweep(path: str | os.PathLike[str], *, trust: bool = False) -> SweepPla
     ex_opts = raw.get("executor_options") or {}
     if not isinstance(ex_opts, dict):
         raise SpecError(f"{p}: [executor_options] must be a table, got {ex_opts!r}")
+    from .executors import EXECUTORS, get_executor
+
+    if executor is not None and executor not in EXECUTORS:
+        raise SpecError(f"{p}: executor {executor!r} is unknown; choose {', '.join(EXECUTORS.names())}")
+    try:  # options the executor does not take fail here, not after the models are loaded
+        get_executor(executor or "local", **ex_opts)
+    except TypeError as exc:
+        raise SpecError(f"{p}: [executor_options] do not fit executor {executor or 'local'!r}: {exc}") from exc
     store = raw.get("store")
     return SweepPlan(runs, str(base / store) if isinstance(store, str) else None, executor, dict(ex_opts),
                      str(raw.get("name") or p.stem))

@@ -41,7 +41,7 @@ from .store_errors import describe_sqlite_error, fsync_dir, os_error_message, pi
 from .lazy import ChunkBounds, ResultSource, file_crc, lazy_variable, stored_arrays
 from .result import OrbitResult, result_from_arrays
 
-__all__ = ["Store", "StoreError", "RunRecord", "default_home", "open_store"]
+__all__ = ["Store", "StoreError", "RunBusyError", "RunRecord", "default_home", "open_store"]
 
 _FORMAT = "orbitscope-store"
 _VERSION = 1
@@ -71,6 +71,14 @@ CREATE TABLE IF NOT EXISTS chunks (
 
 _TMP_CATALOG = re.compile(r"^\.catalog\.sqlite\.(\d+)\.tmp(-journal|-wal|-shm)?$")  # with SQLite's companions
 _TMP_CHUNK = re.compile(r"^\.\d{6}\.(\d+)\.tmp$")
+
+
+class RunBusyError(StoreError):
+    """The run is already being written by this thread (``run_id`` names it)."""
+
+    def __init__(self, message: str, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 #: run locks held in this process: (lock file, thread id)
@@ -420,7 +428,8 @@ class Store:
         path = self.home / "runs" / f"{self._run_dir(run_id).name}.lock"
         held = (str(path.resolve()), threading.get_ident())
         if held in _HELD_LOCKS:  # waiting for our own lock would wait for ever
-            raise StoreError(f"run {run_id} is already being written by this thread (the same run twice in one sweep?)")
+            raise RunBusyError(f"run {run_id} is already being written by this thread (the same run twice in one "
+                               "sweep?)", run_id)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fh = open(path, "a+b")

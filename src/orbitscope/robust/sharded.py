@@ -177,6 +177,7 @@ class ShippedCertify:
     device: str
     options: dict[str, Any]
     run: Callable[..., Any]
+    is_shipped = True  # a class attribute: ready to travel (shipping.ship returns it as it is)
 
     def landed(self, device: torch.device | str | None = None) -> ShardedCertify:
         """The context on this worker: the model rebuilt (eval mode, checked against the sent
