@@ -61,12 +61,13 @@ def loop_features(M, threshold):
         "frac_above": sum(c > threshold for c in cells) / len(cells),
         "discontinuity": disc / m if m > 0 else 0.0,
         "asymmetry": (sum(pairs) / len(pairs)) / m if m > 0 else 0.0,
-        "grad_v_mean": sum(v) / len(v),
-        "grad_v_std": pop_std(v),
-        "grad_v_wstd": wstd(v_rows),
-        "grad_h_mean": sum(h) / len(h),
-        "grad_h_std": pop_std(h),
-        "grad_h_wstd": wstd(h_cols),
+        # ML4ML's names: "vertical" = differences along a row (h here), "horizontal" = along a column
+        "grad_v_mean": sum(h) / len(h),
+        "grad_v_std": pop_std(h),
+        "grad_v_wstd": wstd(h_cols),
+        "grad_h_mean": sum(v) / len(v),
+        "grad_h_std": pop_std(v),
+        "grad_h_wstd": wstd(v_rows),
         "grad_d_mean": sum(g) / len(g),
         "grad_d_std": pop_std(g),
         "grad_overall": (sum(map(abs, v)) / len(v) + sum(map(abs, h)) / len(h) + sum(map(abs, g)) / len(g)) / 3,
@@ -111,17 +112,17 @@ def test_3x3_by_hand():
     assert f["frac_above"] == pytest.approx(4 / 9)  # 3, 2, 3, 2 > 1.5
     # m = 12 / 6 = 2; diag k=1: [1, 2] std 0.5, weight 2/3; k=2: [3] std 0 -> D = (1/3) / 2
     assert f["discontinuity"] == pytest.approx(1 / 6)
-    # M' = M[:, ::-1] = [[3, 1, 0], [2, 0, 1], [0, 2, 3]]
-    # i>j: |2-1| = 1, |0-0| = 0, |2-1| = 1 -> mean 2/3 -> A = (2/3) / 2
+    # M' = M[::-1, :] = [[3, 2, 0], [1, 0, 2], [0, 1, 3]]
+    # i>j: |1-2| = 1, |0-0| = 0, |1-2| = 1 -> mean 2/3 -> A = (2/3) / 2
     assert f["asymmetry"] == pytest.approx(1 / 3)
-    # V[i,j] = M[i-1,j] - M[i,j], 1<=i<=j: (1,1) 1-0, (1,2) 3-2, (2,2) 2-0 -> [1, 1, 2]
-    assert f["grad_v_mean"] == pytest.approx(4 / 3)
-    assert f["grad_v_std"] == pytest.approx(math.sqrt(2) / 3)  # var = 6/3 - 16/9 = 2/9
-    assert f["grad_v_wstd"] == pytest.approx(0.0)  # row 1: [1, 1]; row 2 has one value
-    # H[i,j] = M[i,j+1] - M[i,j], i<=j<=1: (0,0) 1, (0,1) 2, (1,1) 2 -> [1, 2, 2]
-    assert f["grad_h_mean"] == pytest.approx(5 / 3)
-    assert f["grad_h_std"] == pytest.approx(math.sqrt(2) / 3)  # var = 9/3 - 25/9 = 2/9
-    assert f["grad_h_wstd"] == pytest.approx(0.0)  # column 1: [2, 2]
+    # H[i,j] = M[i-1,j] - M[i,j] (ML4ML's horizontal), 1<=i<=j: (1,1) 1-0, (1,2) 3-2, (2,2) 2-0 -> [1, 1, 2]
+    assert f["grad_h_mean"] == pytest.approx(4 / 3)
+    assert f["grad_h_std"] == pytest.approx(math.sqrt(2) / 3)  # var = 6/3 - 16/9 = 2/9
+    assert f["grad_h_wstd"] == pytest.approx(0.0)  # row 1: [1, 1]; row 2 has one value
+    # V[i,j] = M[i,j+1] - M[i,j] (ML4ML's vertical), i<=j<=1: (0,0) 1, (0,1) 2, (1,1) 2 -> [1, 2, 2]
+    assert f["grad_v_mean"] == pytest.approx(5 / 3)
+    assert f["grad_v_std"] == pytest.approx(math.sqrt(2) / 3)  # var = 9/3 - 25/9 = 2/9
+    assert f["grad_v_wstd"] == pytest.approx(0.0)  # column 1: [2, 2]
     # G[i,j] = M[i-1,j+1] - M[i,j], 1<=i<=j<=1: (1,1) 3 - 0
     assert f["grad_d_mean"] == pytest.approx(3.0)
     assert f["grad_d_std"] == pytest.approx(0.0)
@@ -139,20 +140,20 @@ def test_4x4_by_hand():
     assert f["frac_above"] == pytest.approx(6 / 16)  # 2, 4, 3 twice each
     # m = 24/12 = 2; k=1: [1,1,1] std 0; k=2: [2,3] std 0.5 weight 2/4; k=3: [4] -> D = 0.25/2
     assert f["discontinuity"] == pytest.approx(1 / 8)
-    # M' rows: [4,2,1,0], [3,1,0,1], [1,0,1,2], [0,1,3,4]
-    # i>j: (1,0) |3-2|=1, (2,0) |1-1|=0, (2,1) |0-0|=0, (3,0) |0-0|=0, (3,1) |1-1|=0, (3,2) |3-2|=1
+    # M' = M[::-1, :] rows: [4,3,1,0], [2,1,0,1], [1,0,1,3], [0,1,2,4]
+    # i>j: (1,0) |2-3|=1, (2,0) |1-1|=0, (2,1) |0-0|=0, (3,0) |0-0|=0, (3,1) |1-1|=0, (3,2) |2-3|=1
     # mean 2/6 -> A = (1/3)/2
     assert f["asymmetry"] == pytest.approx(1 / 6)
-    # V: row 1: M[0,1:]-M[1,1:] = [1-0, 2-1, 4-3] = [1,1,1]; row 2: M[1,2:]-M[2,2:] = [1-0, 3-1] = [1,2];
+    # H (ML4ML's horizontal, along a column): row 1: M[0,1:]-M[1,1:] = [1-0, 2-1, 4-3] = [1,1,1]; row 2: M[1,2:]-M[2,2:] = [1-0, 3-1] = [1,2];
     #    row 3: [1]. values [1,1,1,1,2,1]: mean 7/6, var 9/6 - 49/36 = 5/36
-    assert f["grad_v_mean"] == pytest.approx(7 / 6)
-    assert f["grad_v_std"] == pytest.approx(math.sqrt(5) / 6)
-    assert f["grad_v_wstd"] == pytest.approx((0.0 + 0.5) / 2)  # rows 1 and 2
-    # H: col 0: [M01-M00] = [1]; col 1: [M02-M01, M12-M11] = [1, 1]; col 2: [M03-M02, M13-M12, M23-M22]
+    assert f["grad_h_mean"] == pytest.approx(7 / 6)
+    assert f["grad_h_std"] == pytest.approx(math.sqrt(5) / 6)
+    assert f["grad_h_wstd"] == pytest.approx((0.0 + 0.5) / 2)  # rows 1 and 2
+    # V (ML4ML's vertical, along a row): col 0: [M01-M00] = [1]; col 1: [M02-M01, M12-M11] = [1, 1]; col 2: [M03-M02, M13-M12, M23-M22]
     #    = [2, 2, 1]. values [1,1,1,2,2,1]: mean 4/3, var 12/6 - 16/9 = 2/9
-    assert f["grad_h_mean"] == pytest.approx(4 / 3)
-    assert f["grad_h_std"] == pytest.approx(math.sqrt(2) / 3)
-    assert f["grad_h_wstd"] == pytest.approx((0.0 + math.sqrt(2) / 3) / 2)  # [2,2,1]: var 9/3-25/9
+    assert f["grad_v_mean"] == pytest.approx(4 / 3)
+    assert f["grad_v_std"] == pytest.approx(math.sqrt(2) / 3)
+    assert f["grad_v_wstd"] == pytest.approx((0.0 + math.sqrt(2) / 3) / 2)  # [2,2,1]: var 9/3-25/9
     # G: (1,1) M02-M11 = 2; (1,2) M03-M12 = 3; (2,2) M13-M22 = 3 -> mean 8/3, var 22/3 - 64/9 = 2/9
     assert f["grad_d_mean"] == pytest.approx(8 / 3)
     assert f["grad_d_std"] == pytest.approx(math.sqrt(2) / 3)
@@ -271,8 +272,9 @@ def test_asymmetry_positive_for_a_signal_changing_only_toward_positive_p():
     assert f["asymmetry"] > 0.5
     # the naive comparison of M with its transpose would see nothing: M is symmetric
     assert np.array_equal(M, M.T)
-    # all change happens toward +p: the horizontal gradient (upper level moving up) carries it
-    assert f["grad_h_mean"] > f["grad_v_mean"]
+    # all change happens toward +p: ML4ML's vertical gradient (the upper level moving up, along a
+    # row of M) carries it
+    assert f["grad_v_mean"] > f["grad_h_mean"]
     # the mirror image (change only toward -p) is exactly as asymmetric, with v and h swapped
     g = matrix_features(variance_matrix(S[:, ::-1]))
     assert g["asymmetry"] == pytest.approx(f["asymmetry"])

@@ -136,3 +136,26 @@ def test_ml4ml_demo_end_to_end(tmp_path):
     v = res.verdicts["upright"]
     assert v["verdict"] in ("invariant", "not-invariant") and 0 <= v["probability invariant"] <= 1
     assert {r["assessor"] for r in res.cv_rows} >= {"random_forest", "baseline:accuracy_drop"}
+
+
+def test_an_estimator_that_cannot_be_fitted_on_a_fold_predicts_its_majority():
+    import numpy as np
+    from sklearn.tree import DecisionTreeClassifier
+
+    from orbitscope.ml4ml.assess.validation import cross_validate_by_family
+
+    class Refuses:
+        def fit(self, X, y):
+            raise ValueError("ensemble is worse than random")
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 3))
+    y = np.array(["invariant", "not-invariant"] * 6)
+    fams = np.repeat(["a", "b", "c"], 4)
+    cv = cross_validate_by_family(X, y, fams, repeats=2, folds=3,
+                                  make_estimators={"tree": lambda s: DecisionTreeClassifier(random_state=s),
+                                                   "refuses": lambda s: Refuses()})
+    assert cv.fallback_folds == {"tree": 0, "refuses": 6}
+    # the fallback predicts each training fold's most common label: here always a tie broken alike
+    assert set(cv.predictions["refuses"].ravel()) <= {"invariant", "not-invariant"}
+    assert np.isfinite(cv.accuracies["refuses"]).all()

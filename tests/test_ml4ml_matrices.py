@@ -149,15 +149,15 @@ def test_matrices_need_a_one_dimensional_orbit_with_identity():
         variance_matrices(no_identity, ["confidence"])
 
 
-def test_matrix_images_use_flipped_columns_and_fixed_scales(tmp_path):
+def test_matrix_images_use_flipped_rows_and_fixed_scales(tmp_path):
     vm = variance_matrices(_result())
     shown, vmax, _ = display_matrix(vm, "top1_confidence")
     n = len(vm.levels)
-    np.testing.assert_array_equal(shown, vm["top1_confidence"][:, ::-1])
+    np.testing.assert_array_equal(shown, vm["top1_confidence"][::-1, :])  # ML4ML's code flips the rows
     assert all(shown[i, n - 1 - i] == 0 for i in range(n)) and vmax == CONFIDENCE_VMAX
     act, _, label = display_matrix(vm, "conv3:max")
     ref = np.mean(np.abs(vm.signals[vm.names.index("conv3:max")][:, vm.identity]))
-    np.testing.assert_allclose(act, vm["conv3:max"][:, ::-1] / ref)
+    np.testing.assert_allclose(act, vm["conv3:max"][::-1, :] / ref)
     assert "identity" in label
     fig = matrix_figure(vm, "top1_confidence")
     assert fig.axes[0].images[0].get_clim() == (0.0, CONFIDENCE_VMAX)
@@ -165,3 +165,28 @@ def test_matrix_images_use_flipped_columns_and_fixed_scales(tmp_path):
     assert len([ax for ax in panel.axes if ax.images]) == len(vm.names)
     panel.savefig(tmp_path / "panel.png")
     assert (tmp_path / "panel.png").stat().st_size > 5000
+
+
+def test_zoo_matrices_use_nearest_resampling_without_a_blur_cross():
+    """Bilinear resampling blurs ±1° but never the identity (which is not resampled), so the
+    matrices showed a bright cross at 0° measuring blur; ML4ML's nearest neighbour does not."""
+    import torch
+
+    from orbitscope.data.specs import parse_data_spec
+    from orbitscope.ml4ml.zoo import MATRIX_INTERPOLATION, model_matrices
+    from orbitscope.models.registry import build_model
+
+    torch.manual_seed(0)
+    model = build_model({"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64})
+    data = parse_data_spec("mnist-subset:test").stratified(3)
+    near, _ = model_matrices(model, data, "rotation:-4:4:1")
+    blur, _ = model_matrices(model, data, "rotation:-4:4:1", interpolation="bilinear")
+    assert MATRIX_INTERPOLATION == "nearest" and near.attrs["interpolation"] == "nearest"
+    c = near.identity
+    for vm in (near, blur):
+        assert vm.n_images > 0
+    M, B = near["conv3:max"], blur["conv3:max"]
+    # at 28 × 28, nearest-neighbour rotations by 1° move no pixel: the inputs, hence the signal, are equal
+    assert M[c, c - 1] == 0 and M[c, c + 1] == 0
+    # bilinear: the step from the identity is larger than the next one (the cross)
+    assert (B[c, c - 1] + B[c, c + 1]) > 1.2 * (B[c - 1, c - 2] + B[c + 1, c + 2])

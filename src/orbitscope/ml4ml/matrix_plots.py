@@ -1,8 +1,8 @@
 """Variance matrices as images, with fixed, stated colour scales.
 
-ML4ML's convention: the matrix is drawn with its columns flipped, so the zero diagonal runs from
-bottom-left to top-right; rows are levels p_0 … p_{n−1} from top to bottom, columns p_{n−1} … p_0
-from left to right. Colour scales are fixed, not fitted per matrix, so matrices of different
+ML4ML's convention (the authors' code flips the *rows*, see ``reference/seeds.md``): the matrix is
+drawn as ``M[::-1, :]``, so the zero diagonal runs from bottom-left to top-right; rows are levels
+p_{n−1} … p_0 from top to bottom, columns p_0 … p_{n−1} from left to right. Colour scales are fixed, not fitted per matrix, so matrices of different
 models compare by eye:
 
 * confidences (``top1_confidence``, ``confidence``): raw RMS change, 0 … 0.15 (ML4ML's range);
@@ -30,13 +30,13 @@ _CMAP = "magma"
 
 
 def display_matrix(vm: VarianceMatrices, name: str) -> tuple[np.ndarray, float, str]:
-    """The matrix as drawn (columns flipped), its colour-scale maximum and the colour-bar label."""
+    """The matrix as drawn (rows flipped), its colour-scale maximum and the colour-bar label."""
     m = vm[name]
     if ":" in name:
         ref = float(np.mean(np.abs(vm.signals[vm.names.index(name)][:, vm.identity]))) if vm.n_images else 0.0
         m = m / ref if ref > 0 else np.zeros_like(m)
-        return m[:, ::-1], ACTIVATION_VMAX, "RMS change / mean |signal| at identity"
-    return m[:, ::-1], CONFIDENCE_VMAX, "RMS change of confidence"
+        return m[::-1, :], ACTIVATION_VMAX, "RMS change / mean |signal| at identity"
+    return m[::-1, :], CONFIDENCE_VMAX, "RMS change of confidence"
 
 
 def _draw(ax, vm: VarianceMatrices, name: str):  # type: ignore[no-untyped-def]
@@ -44,8 +44,8 @@ def _draw(ax, vm: VarianceMatrices, name: str):  # type: ignore[no-untyped-def]
     n = len(vm.levels)
     im = ax.imshow(shown, cmap=_CMAP, vmin=0.0, vmax=vmax, interpolation="nearest")
     ticks = sorted({0, n // 2, n - 1})
-    ax.set_yticks(ticks, [f"{vm.levels[t]:g}" for t in ticks])
-    ax.set_xticks(ticks, [f"{vm.levels[n - 1 - t]:g}" for t in ticks])
+    ax.set_yticks(ticks, [f"{vm.levels[n - 1 - t]:g}" for t in ticks])
+    ax.set_xticks(ticks, [f"{vm.levels[t]:g}" for t in ticks])
     ax.set_xlabel(vm.level_dim)
     ax.set_ylabel(vm.level_dim)
     ax.set_title(name, fontsize=9)

@@ -53,6 +53,7 @@ from ..engine.executors import Executor, LocalExecutor, ProcessExecutor, get_exe
 
 __all__ = [
     "ZOO_TEST_ORBIT",
+    "MATRIX_INTERPOLATION",
     "PROBE_LAYERS",
     "ZOO_SIGNALS",
     "PROVENANCE_RULE",
@@ -244,11 +245,19 @@ def test_images(family: Family) -> Any:
     return test.stratified(family.images_per_class)
 
 
+#: Resampling of the matrices' transformed images: ML4ML's nearest neighbour. (With bilinear
+#: resampling the identity, which is never resampled, stays sharp while ±1° is blurred, and the
+#: matrices show a bright cross at 0° that measures interpolation blur, not the model.)
+MATRIX_INTERPOLATION = "nearest"
+
+
 def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] = PROBE_LAYERS,
                    signals: Sequence[str] | None = None, model_name: str | None = None,
-                   normalize: Any = None) -> tuple[Any, dict[str, Any]]:
+                   normalize: Any = None, interpolation: str = MATRIX_INTERPOLATION) -> tuple[Any, dict[str, Any]]:
     """Evaluate ``model`` over ``orbit`` with an activation probe and return its variance matrices
-    (images correct at the identity) and metrics (from all images):
+    (images correct at the identity) and metrics (from all images). Images are resampled with
+    ``interpolation`` (default :data:`MATRIX_INTERPOLATION`, ML4ML's nearest neighbour), recorded
+    in the matrices' ``attrs``:
 
     ``accuracy_identity``, ``accuracy_worst`` and ``worst_level``, ``accuracy_mean``,
     ``all_correct_share`` (images correct at every level), ``n_images``, ``n_correct``.
@@ -258,11 +267,13 @@ def model_matrices(model: Any, data: Any, orbit: str, *, layers: Sequence[str] =
     from .matrices import variance_matrices
 
     orb = parse_orbit(orbit)
-    run = evaluate(model, data, orb, activations=list(layers), model_name=model_name, normalize=normalize)
+    run = evaluate(model, data, orb, activations=list(layers), model_name=model_name, normalize=normalize,
+                   interpolation=interpolation)
     result = run.result
     names = list(signals) if signals is not None else [s.replace("conv2", layers[0]).replace("conv3", layers[-1])
                                                            for s in ZOO_SIGNALS]
     vm = variance_matrices(result, names, split="correct")
+    vm.attrs["interpolation"] = interpolation
     correct = vm.correct
     acc = correct.mean(axis=0)
     worst = int(np.argmin(acc))

@@ -7,9 +7,10 @@ Convention:
     (p_{n-1-i} = -p_i, identity at the centre index when n is odd), with
     ``M[i, j] = sqrt(mean_k (s_k(p_i) - s_k(p_j))**2)`` over the N images k: symmetric,
     non-negative, zero diagonal, in the signal's units. ``S`` is the (N, n) per-image signal it
-    was computed from. ML4ML *renders* the matrix with its columns flipped,
-    ``M' = M[:, ::-1]``; every feature here is defined on ``M`` itself except the asymmetry,
-    which is defined (as in the paper) on ``M'``.
+    was computed from. ML4ML *renders* the matrix with its rows flipped, ``M' = M[::-1, :]`` (as
+    the authors' code does); every feature here is defined on ``M`` itself except the asymmetry,
+    which is defined (as in the paper) on ``M'``. Feature names follow the authors' code: their
+    "vertical" differences run along a row of ``M`` and their "horizontal" ones along a column.
 
 Features, in :data:`FEATURE_NAMES` order (m = mean off-diagonal value = ``M.sum() / (n*n - n)``).
 The paper's list (sensitivity, mean, mean of squares, std, share above 0.15, discontinuity,
@@ -21,8 +22,8 @@ differences, and so do we:
 ``sensitivity``    Σ_ij |M − M_r| where M_r is recomputed from a random 90 % of the images
                    (``round(0.9 N)``, at least 1, drawn without replacement), averaged over
                    ``resamples`` seeded draws. NaN when no signal is given.
-``mean``           mean of all n² cells, *including* the zero diagonal (as ML4ML did), so it is
-                   ``(n-1)/n · m``.
+``mean``           mean of all n² cells, *including* the zero diagonal, so it is ``(n-1)/n · m``
+                   (ML4ML's code averages a matrix whose diagonal was first filled, see below).
 ``mean_sq``        mean of the squares of all n² cells.
 ``std``            population standard deviation of all n² cells.
 ``frac_above``     share of the n² cells strictly greater than ``threshold`` (0.15 by default,
@@ -34,16 +35,17 @@ differences, and so do we:
                    is symmetric this is the mean of |M[a, b] − M[n-1-a, n-1-b]| over the cells
                    below the anti-diagonal of M: the change between levels (p_a, p_b) against the
                    change between (−p_a, −p_b), i.e. changes toward +p against changes toward
-                   −p. 0 when the signal is symmetric in ±p.
-``grad_v_mean``    vertical differences V[i, j] = M[i-1, j] − M[i, j] on the closed upper triangle
-``grad_v_std``     (1 ≤ i ≤ j ≤ n-1): the change when the *lower* level moves one step further
-                   down (toward −p), widening the gap. Mean and population std of the
+                   −p. 0 when the signal is symmetric in ±p. (Flipping columns instead of rows
+                   gives the transpose of M', and the same A.)
+``grad_v_mean``    ML4ML's vertical differences V[i, j] = M[i, j+1] − M[i, j] on the closed upper
+``grad_v_std``     triangle (0 ≤ i ≤ j ≤ n-2): the change when the *upper* level moves one step
+                   further up (toward +p), widening the gap. Mean and population std of the
                    n(n-1)/2 signed values.
-``grad_v_wstd``    mean over rows i = 1…n-2 of the std of V[i, i…n-1] (rows with one value skipped).
-``grad_h_mean``    horizontal differences H[i, j] = M[i, j+1] − M[i, j] (0 ≤ i ≤ j ≤ n-2): the
-``grad_h_std``     change when the *upper* level moves one step further up (toward +p). Mean and
-                   population std of the n(n-1)/2 signed values.
-``grad_h_wstd``    mean over columns j = 1…n-2 of the std of H[0…j, j].
+``grad_v_wstd``    mean over columns j = 1…n-2 of the std of V[0…j, j].
+``grad_h_mean``    ML4ML's horizontal differences H[i, j] = M[i-1, j] − M[i, j] (1 ≤ i ≤ j ≤ n-1):
+``grad_h_std``     the change when the *lower* level moves one step further down (toward −p).
+                   Mean and population std of the n(n-1)/2 signed values.
+``grad_h_wstd``    mean over rows i = 1…n-2 of the std of H[i, i…n-1] (rows with one value skipped).
 ``grad_d_mean``    diagonal differences G[i, j] = M[i-1, j+1] − M[i, j] (1 ≤ i ≤ j ≤ n-2): both
 ``grad_d_std``     levels move one step apart. Mean and population std of the (n-1)(n-2)/2 values.
 ``grad_overall``   (mean|V| + mean|H| + mean|G|) / 3: the average steepness of the three directions.
@@ -57,13 +59,22 @@ discontinuity and asymmetry unchanged.
 Degenerate matrices: an all-zero matrix (m = 0, e.g. a constant signal) has every feature 0 (the
 ratios D and A are defined as 0 there, not NaN).
 
-Differences from the authors' code (which we do not reuse): they filled the diagonal and the
-central 3×3 block with neighbouring values before computing some features (a CIFAR 32×32 quirk:
-±1° rotations equal the identity) and skipped the two central rows/columns of the gradients; we
-do neither. Their diagonal-gradient scores were computed from the vertical differences (a slip);
-ours use the diagonal ones. Their overall gradient score averaged a ratio mean/std per direction,
-which is infinite for perfectly uniform differences (a signal linear in p); ours averages the mean
-absolute differences.
+Differences from the authors' code (which we do not reuse), each deliberate:
+
+* they fill the diagonal and the central 3×3 block in place with neighbouring values before
+  computing the features (a CIFAR 32×32 quirk: ±1° rotations equal the identity), so their mean,
+  std, discontinuity (whose sum then includes the filled main diagonal) and gradients all see the
+  filled matrix; we keep the zero diagonal and fill nothing;
+* their gradients skip some central rows/columns asymmetrically (levels 0°/−1° in one direction,
+  0°/+1° in the other); we skip none;
+* their diagonal-gradient scores were computed from the vertical differences (a slip); ours use
+  the diagonal ones;
+* their overall gradient score averaged a ratio mean/std per direction, which is infinite for
+  perfectly uniform differences (a signal linear in p); ours averages the mean absolute
+  differences.
+
+With the first two steps switched off in their code (and the names as above), the other 14
+features equal theirs to ≤ 5e-11 (``reference/seeds.md``).
 """
 
 from __future__ import annotations
@@ -257,7 +268,7 @@ def matrix_features(
 
     m_off = M.sum() / (n * n - n)
     disc = sum(((n - k) / n) * float(np.std(np.diagonal(M, k))) for k in range(1, n))
-    flipped = M[:, ::-1]
+    flipped = M[::-1, :]
     lower = np.tril_indices(n, k=-1)
     asym = float(np.mean(np.abs(flipped[lower] - flipped.T[lower])))
 
@@ -270,12 +281,13 @@ def matrix_features(
         "frac_above": float(np.mean(M > threshold)),
         "discontinuity": _ratio(disc, m_off),
         "asymmetry": _ratio(asym, m_off),
-        "grad_v_mean": float(v.mean()),
-        "grad_v_std": float(v.std()),
-        "grad_v_wstd": _mean_line_std(v_rows),
-        "grad_h_mean": float(h.mean()),
-        "grad_h_std": float(h.std()),
-        "grad_h_wstd": _mean_line_std(h_cols),
+        # named as in ML4ML's code: its "vertical" differences run along a row of M
+        "grad_v_mean": float(h.mean()),
+        "grad_v_std": float(h.std()),
+        "grad_v_wstd": _mean_line_std(h_cols),
+        "grad_h_mean": float(v.mean()),
+        "grad_h_std": float(v.std()),
+        "grad_h_wstd": _mean_line_std(v_rows),
         "grad_d_mean": float(g.mean()),
         "grad_d_std": float(g.std()),
         "grad_overall": float((np.abs(v).mean() + np.abs(h).mean() + np.abs(g).mean()) / 3.0),

@@ -11,10 +11,12 @@ matrix CNN and the formula baselines, each fed the input it declares (``input_ki
 
 from __future__ import annotations
 
+import logging
+
 from ...errors import NotFoundError
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,8 @@ import numpy as np
 from .assessors import input_kind
 
 __all__ = ["CVReport", "cross_validate_by_family", "family_folds"]
+
+log = logging.getLogger(__name__)
 
 FoldCallback = Callable[[int, int, np.ndarray, np.ndarray], None]
 """``on_fold(repeat, fold, train_indices, test_indices)``, called once per fold."""
@@ -86,6 +90,9 @@ class CVReport:
         folds: folds per repeat actually used (the number of families under leave-one-family-out).
         leave_one_family_out: whether there were fewer families than the folds asked for.
         majority: share of the most common label (the accuracy of always guessing it).
+        fallback_folds: ``name ->`` (repeat, fold) pairs where the estimator could not be fitted
+            (e.g. AdaBoost's first weak learner no better than chance on a tiny fold); it then
+            predicts the training fold's most common label there.
     """
 
     names: list[str]
@@ -98,6 +105,7 @@ class CVReport:
     folds: int
     leave_one_family_out: bool
     majority: float
+    fallback_folds: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_models(self) -> int:
@@ -260,6 +268,7 @@ def cross_validate_by_family(
     preds = {name: np.full((repeats, n_models), None, dtype=object) for name in names}
     tested = np.zeros((repeats, n_models), dtype=bool)
     skipped = dict.fromkeys(names, 0)
+    fallbacks = dict.fromkeys(names, 0)
     for r in range(repeats):
         for k in range(n_folds):
             test_idx = np.flatnonzero(assign[r] == k)
@@ -274,8 +283,15 @@ def cross_validate_by_family(
             for name in names:
                 est = make_estimators[name](seed + r)
                 data = inputs[kinds[name]]
-                est.fit(_take(data, train_idx), y[train_idx])
-                pred = np.asarray(est.predict(_take(data, test_idx)))
+                try:
+                    est.fit(_take(data, train_idx), y[train_idx])
+                    pred = np.asarray(est.predict(_take(data, test_idx)))
+                except ValueError as exc:  # the estimator cannot be fitted on this fold's data
+                    labels, counts = np.unique(y[train_idx], return_counts=True)
+                    pred = np.full(len(test_idx), labels[np.argmax(counts)], dtype=object)
+                    fallbacks[name] += 1
+                    log.warning("%s could not be fitted on repeat %d, fold %d (%s); it predicts the fold's most "
+                                "common label there", name, r, k, exc)
                 for i, p in zip(test_idx, pred):
                     preds[name][r, i] = p
 
@@ -299,4 +315,5 @@ def cross_validate_by_family(
         folds=n_folds,
         leave_one_family_out=bool(lofo),
         majority=float(counts.max() / n_models),
+        fallback_folds=fallbacks,
     )
