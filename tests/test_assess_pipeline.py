@@ -105,6 +105,7 @@ def test_cli_evaluate_fit_and_assess(home, tmp_path):
                              "--home", str(home), "-o", str(tmp_path / "cv.csv")], env={"COLUMNS": "160"})
     assert ev.exit_code == 0, ev.output
     assert "baseline:accuracy_drop" in ev.output and "importance" in ev.output, ev.output
+    assert "corrected resampled t-test" in ev.output or "no paired test" in ev.output, ev.output
     assert (tmp_path / "cv.csv").read_text().count("\n") >= 7
     fit = runner.invoke(app, ["zoo", "fit", "--labels", "human:ann", "--home", str(home)])
     assert fit.exit_code == 0, fit.output

@@ -205,6 +205,16 @@ def zoo_evaluate(
     t0 = time.perf_counter()
     report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=cnn)
     console.print(report.table(), highlight=False, soft_wrap=True)
+    from ..ml4ml.assess.assessors import BASELINES
+
+    try:
+        test = report.best_against_best([n for n in report.names if n not in BASELINES], list(BASELINES))
+    except ValueError as exc:  # fewer than two tested splits
+        console.print(f"best assessor vs best baseline: no paired test ({exc}); use more repeats or families")
+    else:
+        console.print(f"best assessor {test.a} vs best baseline {test.b}: {100 * test.difference:+.1f} points over "
+                      f"{test.splits} splits, corrected resampled t-test t = {test.t:.2f} (df {test.df}), p = "
+                      f"{test.p_value:.3f} (the plain paired t-test, too liberal here: p = {test.naive_p_value:.3f})")
     console.print(f"(cross-validation took {time.perf_counter() - t0:.1f} s)")
     forest = fit_assessor(data, "random_forest", seed=seed)
     table = Table(title="random forest on all models: top feature importances")

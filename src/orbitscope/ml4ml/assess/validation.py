@@ -23,7 +23,7 @@ import numpy as np
 
 from .assessors import input_kind
 
-__all__ = ["CVReport", "cross_validate_by_family", "family_folds"]
+__all__ = ["CVReport", "PairedTest", "corrected_resampled_ttest", "cross_validate_by_family", "family_folds"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ class CVReport:
         folds: folds per repeat actually used (the number of families under leave-one-family-out).
         leave_one_family_out: whether there were fewer families than the folds asked for.
         majority: share of the most common label (the accuracy of always guessing it).
+        labels: (n_models,) the labels the predictions are scored against.
         fallback_folds: ``name ->`` (repeat, fold) pairs where the estimator could not be fitted
             (e.g. AdaBoost's first weak learner no better than chance on a tiny fold); it then
             predicts the training fold's most common label there.
@@ -106,6 +107,7 @@ class CVReport:
     leave_one_family_out: bool
     majority: float
     fallback_folds: dict[str, int] = field(default_factory=dict)
+    labels: np.ndarray | None = None
 
     @property
     def n_models(self) -> int:
@@ -140,6 +142,41 @@ class CVReport:
         """Highest accuracy of a repeat."""
         a = self._valid(name)
         return float(a.max()) if a.size else float("nan")
+
+    def fold_accuracies(self, name: str) -> np.ndarray:
+        """(repeats, folds) accuracy of each split (NaN where the fold was skipped or empty)."""
+        if name not in self.predictions:
+            raise NotFoundError(f"no estimator {name!r} in this report; have {self.names}")
+        preds = self.predictions[name]
+        out = np.full((self.repeats, self.folds), np.nan)
+        for r in range(self.repeats):
+            for k in range(self.folds):
+                idx = [i for i in np.flatnonzero(self.fold_assignments[r] == k) if preds[r, i] is not None]
+                if idx:
+                    out[r, k] = np.mean([preds[r, i] == self.labels[i] for i in idx])
+        return out
+
+    def paired_test(self, a: str, b: str) -> PairedTest:
+        """Estimator ``a`` against ``b`` on the same splits: the corrected resampled t-test of
+        their accuracy difference (see :class:`PairedTest`)."""
+        from scipy import stats
+
+        diff = (self.fold_accuracies(a) - self.fold_accuracies(b)).ravel()
+        diff = diff[np.isfinite(diff)]
+        sizes = [np.sum(self.fold_assignments[r] == k) for r in range(self.repeats) for k in range(self.folds)]
+        n_test = float(np.mean(sizes))
+        fraction = n_test / max(self.n_models - n_test, 1.0)
+        t, df, p = corrected_resampled_ttest(diff, fraction)
+        naive = float(stats.ttest_1samp(diff, 0.0).pvalue) if diff.size > 1 and diff.std() > 0 else (1.0 if not
+                                                                                                   diff.any() else 0.0)
+        return PairedTest(a, b, float(diff.mean()), t, df, p, naive, int(diff.size), fraction)
+
+    def best_against_best(self, assessors: Sequence[str], baselines: Sequence[str]) -> PairedTest:
+        """The assessor with the highest mean accuracy against the best baseline, paired
+        (:meth:`paired_test`)."""
+        best = max((n for n in assessors if n in self.accuracies), key=lambda n: np.nan_to_num(self.mean(n), nan=-1))
+        base = max((n for n in baselines if n in self.accuracies), key=lambda n: np.nan_to_num(self.mean(n), nan=-1))
+        return self.paired_test(best, base)
 
     def to_rows(self) -> list[dict[str, Any]]:
         """One dict per estimator (for ``csv.DictWriter``): assessor, input, mean, std, min, max,
@@ -181,6 +218,49 @@ class CVReport:
 
     def __str__(self) -> str:
         return self.table()
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """A paired comparison of two estimators over the same (repeat, fold) splits.
+
+    ``difference`` = mean over splits of accuracy(a) − accuracy(b) (a fold's accuracy: its
+    tested models predicted right); ``t``, ``df`` and the two-sided ``p_value`` of the corrected
+    resampled t-test (:func:`corrected_resampled_ttest`); ``naive_p_value`` of the plain paired
+    t-test over the same splits, which treats overlapping training sets as independent and is
+    too liberal (shown for comparison, not for decisions)."""
+
+    a: str
+    b: str
+    difference: float
+    t: float
+    df: int
+    p_value: float
+    naive_p_value: float
+    splits: int
+    test_fraction: float
+
+
+def corrected_resampled_ttest(differences: Sequence[float], test_fraction: float) -> tuple[float, int, float]:
+    """Nadeau & Bengio's corrected resampled t-test (Machine Learning 52, 2003) of a mean
+    difference of accuracy over J resampled train/test splits: t = mean(d) /
+    sqrt((1/J + n_test/n_train) · var(d)) with var the sample variance (ddof 1), df = J − 1;
+    ``test_fraction`` = n_test / n_train. The ``n_test/n_train`` term inflates the variance for the
+    overlap between training sets, which the plain paired t-test ignores. Returns (t, df,
+    two-sided p); p = 1 when every difference is 0, and 0 when they are all equal and non-zero."""
+    from scipy import stats
+
+    d = np.asarray(list(differences), dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if d.size < 2:
+        raise ValueError(f"the corrected resampled t-test needs at least 2 splits, got {d.size}")
+    if not test_fraction > 0:
+        raise ValueError(f"test_fraction (n_test / n_train) must be > 0, got {test_fraction}")
+    mean, var, df = float(d.mean()), float(d.var(ddof=1)), int(d.size - 1)
+    if var == 0:
+        return (0.0, df, 1.0) if mean == 0 else (float(np.sign(mean) * np.inf), df, 0.0)
+    t = mean / np.sqrt((1.0 / d.size + test_fraction) * var)
+    return float(t), df, float(2 * stats.t.sf(abs(t), df))
 
 
 def _take(data: Any, idx: np.ndarray) -> Any:
@@ -316,4 +396,5 @@ def cross_validate_by_family(
         leave_one_family_out=bool(lofo),
         majority=float(counts.max() / n_models),
         fallback_folds=fallbacks,
+        labels=np.asarray(y, dtype=object),
     )
