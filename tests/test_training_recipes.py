@@ -111,3 +111,48 @@ def test_p4cnn_recipe_roundtrips_through_cache(tmp_path: Path) -> None:
         out = m2(x)
         assert torch.equal(m1(x), out)
         assert (m2(torch.rot90(x, 1, dims=(-2, -1))) - out).abs().max() < 1e-5  # still invariant after training
+
+
+def test_scale_and_brightness_augmentation_ranges() -> None:
+    from orbitscope.training.recipes import sample_offsets
+
+    base = TrainRecipe()
+    scaled = TrainRecipe(scale_range=(0.0, 0.3))
+    bright = TrainRecipe(brightness_range=(0.1, 0.3))
+    assert len({base.key(), scaled.key(), bright.key()}) == 3
+    assert TrainRecipe.from_dict(json.loads(json.dumps(bright.to_dict()))) == bright  # lists back to pairs
+    for bad in ((0.3, 0.1), (0.0, 1.0), (-0.1, 0.2), (0.2, 0.2), "x"):
+        with pytest.raises(ValueError, match="scale_range"):
+            TrainRecipe(scale_range=bad)
+    gen = torch.Generator().manual_seed(0)
+    gap = sample_offsets(4000, 0.1, 0.3, generator=gen)
+    assert float(gap.abs().min()) >= 0.1 and float(gap.abs().max()) <= 0.3
+    assert 0.45 < float((gap > 0).float().mean()) < 0.55
+    full = sample_offsets(4000, 0.0, 0.3, generator=gen)
+    assert float(full.abs().max()) <= 0.3 and float(full.abs().min()) < 0.01
+    assert not sample_offsets(5, 0.0, 0.0, generator=gen).any()
+
+
+def test_augment_batch_acts_as_the_scale_and_brightness_orbits() -> None:
+    from orbitscope.group.parse import parse_orbit
+    from orbitscope.kinds import warp_images
+    from orbitscope.training.recipes import augment_batch
+
+    torch.manual_seed(0)
+    x = torch.rand(3, 1, 28, 28)
+    for spec, angles, scales, gains in (("scale:0.8:0.8:1", 0.0, 0.8, 1.0), ("brightness:1.2:1.2:1", 0.0, 1.0, 1.2),
+                                        ("rotation:10:10:1", 10.0, 1.0, 1.0)):
+        want = warp_images(x, parse_orbit(spec).transforms())[0]
+        got = augment_batch(x, torch.full((3,), angles), torch.full((3,), scales), torch.full((3,), gains))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_training_with_scale_and_brightness_augmentation_is_seeded() -> None:
+    recipe = TrainRecipe(name="aug", arch=SMALL_CNN, n_train=200, epochs=1, batch_size=50, scale_range=(0.0, 0.3),
+                         brightness_range=(0.05, 0.3))
+    a, _ = train_reference_model(recipe)
+    b, _ = train_reference_model(recipe)
+    c, _ = train_reference_model(TrainRecipe(name="aug", arch=SMALL_CNN, n_train=200, epochs=1, batch_size=50))
+    sa, sb, sc = (m.state_dict() for m in (a, b, c))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)  # same seed, same augmentation draws
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)  # the augmentation changed the training

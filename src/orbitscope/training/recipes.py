@@ -74,6 +74,8 @@ from ..models.registry import build_model
 
 __all__ = [
     "AUGMENTATIONS",
+    "sample_offsets",
+    "augment_batch",
     "TrainRecipe",
     "RECIPES",
     "EXTRA_RECIPES",
@@ -123,6 +125,12 @@ class TrainRecipe:
         min_angle: with ``"uniform"``, the smallest angle magnitude drawn (a gap around 0°).
         label_noise: fraction of training labels replaced by a random other class.
         class_imbalance: fraction of the upper-half classes' training images dropped.
+        scale_range: ``(lo, hi)``: each training image is also scaled by a factor 1 + δ with
+            |δ| uniform in [lo, hi] and a random sign (lo = 0: δ uniform in [−hi, hi]; lo > 0
+            leaves a gap around factor 1); ``(0, 0)`` (default): no scaling. E.g. ``(0, 0.3)``
+            covers ML4ML's scale test 0.70…1.30.
+        brightness_range: the same for a brightness gain 1 + δ (values multiplied, then clipped
+            to [0, 1], as the ``brightness`` orbit acts).
     """
 
     name: str = "reference"
@@ -139,6 +147,8 @@ class TrainRecipe:
     label_noise: float = 0.0
     class_imbalance: float = 0.0
     weight_decay: float = 0.0
+    scale_range: tuple[float, float] = (0.0, 0.0)
+    brightness_range: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         if self.augmentation not in AUGMENTATIONS:
@@ -157,6 +167,14 @@ class TrainRecipe:
             raise ValueError(f"weight_decay must be >= 0 and finite, got {self.weight_decay}")
         if not (0 <= self.label_noise < 1) or not (0 <= self.class_imbalance < 1):
             raise ValueError("label_noise and class_imbalance must be fractions in [0, 1)")
+        for f in ("scale_range", "brightness_range"):
+            try:
+                lo, hi = (float(v) for v in getattr(self, f))
+            except (TypeError, ValueError):
+                raise ValueError(f"{f} must be a pair (lo, hi) of offset magnitudes, got {getattr(self, f)!r}") from None
+            if not ((lo == hi == 0.0) or 0.0 <= lo < hi < 1.0):
+                raise ValueError(f"{f} must be (0, 0) (none) or 0 <= lo < hi < 1 (factors 1 ± [lo, hi]), got {(lo, hi)}")
+            object.__setattr__(self, f, (lo, hi))
         if not self.name or "/" in self.name or os.sep in self.name:
             raise ValueError(f"name must be a non-empty file-name-safe string, got {self.name!r}")
         # normalise to plain JSON types (tuples -> lists) so key() is stable
@@ -178,8 +196,12 @@ class TrainRecipe:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainRecipe:
-        """Rebuild a recipe from :meth:`to_dict` output."""
+        """Rebuild a recipe from :meth:`to_dict` output (JSON lists become the range pairs)."""
         return cls(**dict(d))
+
+    @property
+    def augments_scale_or_brightness(self) -> bool:
+        return self.scale_range[1] > 0 or self.brightness_range[1] > 0
 
     def key(self) -> str:
         """Short stable hash (12 hex chars) of all fields, for cache file names.
@@ -191,7 +213,7 @@ class TrainRecipe:
         """
         fields = self.to_dict()
         for name, default in _LATER_FIELDS.items():
-            if fields[name] == default:
+            if fields[name] == default or isinstance(default, tuple) and tuple(fields[name]) == default:
                 del fields[name]
         blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -201,7 +223,7 @@ class TrainRecipe:
 
 
 _LATER_FIELDS: dict[str, Any] = {"n_train": None, "min_angle": 0.0, "label_noise": 0.0, "class_imbalance": 0.0,
-                                 "weight_decay": 0.0}
+                                 "weight_decay": 0.0, "scale_range": (0.0, 0.0), "brightness_range": (0.0, 0.0)}
 
 #: Named presets: upright training and the two rotation-augmented variants.
 RECIPES: dict[str, TrainRecipe] = {
@@ -279,6 +301,29 @@ def sample_angles(
     raise ValueError(f"augmentation must be one of {AUGMENTATIONS}, got {augmentation!r}")
 
 
+def sample_offsets(n: int, lo: float, hi: float, *, generator: torch.Generator) -> Tensor:
+    """``n`` offsets δ (float32): uniform in [−hi, hi] for lo = 0, else |δ| uniform in [lo, hi]
+    with a random sign (a gap around 0); zeros for hi = 0."""
+    if hi == 0:
+        return torch.zeros(n)
+    if lo == 0:
+        return (torch.rand(n, generator=generator) * 2.0 - 1.0) * float(hi)
+    magnitude = lo + torch.rand(n, generator=generator) * (hi - lo)
+    return torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0) * magnitude
+
+
+def augment_batch(images: Tensor, angles: Tensor, scales: Tensor, gains: Tensor) -> Tensor:
+    """Rotate (degrees, CCW), scale (factors about the centre) and brighten (gains, then clip to
+    [0, 1]) each image of (B, C, H, W) by its own values, in one warp, as the rotation, scale
+    and brightness orbits act."""
+    from ..group.elements import Transforms, rotation_matrix
+    from ..kinds import warp_images
+
+    lin = rotation_matrix(angles.double().numpy()) * scales.double().numpy()[:, None, None]
+    t = Transforms.create(len(angles), linear=lin, gain=gains.double().numpy())
+    return warp_images(images, t, layout="paired")
+
+
 def _rotate(images: Tensor, angles: Tensor) -> Tensor:
     from ..kinds import rotate_images  # imported lazily: keeps this module importable on its own
 
@@ -334,12 +379,20 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
     aug_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "augmentation"))
     loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
 
+    scale_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "scale-augmentation"))
+    gain_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "brightness-augmentation"))
+
     def augment(images: Tensor, labels: Tensor) -> Tensor:
-        if recipe.augmentation == "none":
+        if recipe.augmentation == "none" and not recipe.augments_scale_or_brightness:
             return images
-        angles = sample_angles(recipe.augmentation, len(labels), generator=aug_gen, max_angle=recipe.max_angle,
+        n = len(labels)
+        angles = sample_angles(recipe.augmentation, n, generator=aug_gen, max_angle=recipe.max_angle,
                                min_angle=recipe.min_angle)
-        return _rotate(images, angles)
+        if not recipe.augments_scale_or_brightness:  # rotation only: the original path, bit for bit
+            return _rotate(images, angles)
+        scales = 1.0 + sample_offsets(n, *recipe.scale_range, generator=scale_gen)
+        gains = 1.0 + sample_offsets(n, *recipe.brightness_range, generator=gain_gen)
+        return augment_batch(images, angles, scales, gains)
 
     return fit_epochs(model, loader, epochs=recipe.epochs, lr=recipe.lr, batch_inputs=augment, progress=progress,
                       weight_decay=recipe.weight_decay)
