@@ -77,7 +77,8 @@ log = logging.getLogger(__name__)
 
 #: ML4ML's rotation test: −15…+15° by 1° (31 levels, identity at the centre).
 ZOO_TEST_ORBIT = "rotation:-15:15:1"
-#: Layers probed for activation statistics (the last two convolutions of SmallCNN).
+#: Layers probed for activation statistics (the last two convolutions of every zoo architecture:
+#: SmallCNN, VGGBN, SmallResNet).
 PROBE_LAYERS = ("conv2", "conv3")
 #: The matrices kept per model: ML4ML's five plus the true-class confidence.
 ZOO_SIGNALS = ("top1_confidence", "confidence", "conv2:max", "conv2:max-mean", "conv3:max", "conv3:max-mean")
@@ -87,6 +88,8 @@ PROVENANCE_RULE = ("rule:v2 if accuracy at identity >= the family's floor: invar
 _KINDS = ("none", "narrower", "matched", "wider", "gap")
 _SMALL = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
 _WIDE = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [16, 32, 64], "hidden": 96}
+_VGG = {"arch": "vgg_bn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
+_RESNET = {"arch": "small_resnet", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,12 @@ FAMILIES: dict[str, Family] = {
                             "SmallCNN 8-16-32 on 4,000 Fashion-MNIST images", n_train=4000),
     "fashion-wide": Family("fashion-wide", "fashion-mnist", _WIDE, 0.6,
                            "SmallCNN 16-32-64 on 4,000 Fashion-MNIST images", n_train=4000),
+    "mnist-vgg": Family("mnist-vgg", "mnist-subset", _VGG, 0.80, "VGG-style 8-16-32 with BatchNorm on the MNIST subset"),
+    "mnist-resnet": Family("mnist-resnet", "mnist-subset", _RESNET, 0.80, "residual 8-16-32 on the MNIST subset"),
+    "fashion-vgg": Family("fashion-vgg", "fashion-mnist", _VGG, 0.6,
+                          "VGG-style 8-16-32 with BatchNorm on 4,000 Fashion-MNIST images", n_train=4000),
+    "fashion-resnet": Family("fashion-resnet", "fashion-mnist", _RESNET, 0.6,
+                             "residual 8-16-32 on 4,000 Fashion-MNIST images", n_train=4000),
 }
 
 

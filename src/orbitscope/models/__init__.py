@@ -19,8 +19,9 @@ from .reference import (
 )
 from .registry import ARCHITECTURES, build_model, list_models, register_model
 from .torchvision_detectors import TORCHVISION_DETECTORS, torchvision_detector  # torchvision imported lazily
+from .zoo_nets import VGGBN, SmallResNet
 
 __all__ = ["ARCHITECTURES", "CentreDetector", "FlowCNN", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
            "TORCHVISION_DETECTORS", "torchvision_detector", "Farneback", "DIS", "HornSchunck", "OpenPIV",
-           "PointNet", "DGCNN", "DistanceNet"]
+           "PointNet", "DGCNN", "DistanceNet", "VGGBN", "SmallResNet"]

@@ -191,8 +191,11 @@ class TrainRecipe:
             object.__setattr__(self, "n_train", int(self.n_train))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able dict of all fields (inverse of :meth:`from_dict`)."""
-        return dataclasses.asdict(self)
+        """JSON-able dict of all fields (inverse of :meth:`from_dict`; the range pairs as lists)."""
+        out = dataclasses.asdict(self)
+        for f in ("scale_range", "brightness_range"):
+            out[f] = list(out[f])
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TrainRecipe:
