@@ -156,3 +156,68 @@ def test_training_with_scale_and_brightness_augmentation_is_seeded() -> None:
     sa, sb, sc = (m.state_dict() for m in (a, b, c))
     assert all(torch.equal(sa[k], sb[k]) for k in sa)  # same seed, same augmentation draws
     assert not all(torch.equal(sa[k], sc[k]) for k in sa)  # the augmentation changed the training
+
+
+def test_ml4ml_defects_change_keys_and_are_validated() -> None:
+    variants = [TrainRecipe(noise_images=0.1), TrainRecipe(leakage=0.2), TrainRecipe(ordered_batches=True),
+                TrainRecipe(fgsm_eps=0.1), TrainRecipe(pretrain_data="fashion-mnist")]
+    assert len({TrainRecipe().key(), *(v.key() for v in variants)}) == 6
+    for v in variants:
+        assert TrainRecipe.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+    with pytest.raises(ValueError, match="noise_images"):
+        TrainRecipe(noise_images=1.5)
+    with pytest.raises(ValueError, match="fgsm_eps"):
+        TrainRecipe(fgsm_eps=-0.1)
+    with pytest.raises(ValueError, match="pretrain_data"):
+        TrainRecipe(pretrain_data="mnist-subset")  # the same data
+
+
+def test_noise_images_and_leakage_are_added_to_the_training_set() -> None:
+    plain, test = training_data(TrainRecipe(n_train=500))
+    noisy, _ = training_data(TrainRecipe(n_train=500, noise_images=0.1, label_noise=0.2))
+    leaky, _ = training_data(TrainRecipe(n_train=500, leakage=0.05))
+    assert len(noisy) == len(plain) + 50 and "noise-images0.1" in noisy.data_id
+    assert int(np.asarray(noisy.labels).max()) <= 9
+    assert not np.array_equal(np.asarray(noisy.labels)[:500], np.asarray(plain.labels))  # label noise too
+    assert len(leaky) == len(plain) + 50 and "leakage0.05" in leaky.data_id
+    for j in range(50):  # the first 50 test images, with their labels, at the end of the training set
+        torch.testing.assert_close(leaky[500 + j][0], test[j][0])
+        assert leaky[500 + j][1] == test[j][1]
+
+
+def test_fgsm_moves_each_pixel_by_eps_up_the_loss() -> None:
+    from orbitscope.training.recipes import fgsm
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    x = torch.rand(4, 1, 4, 4) * 0.5 + 0.25
+    y = torch.tensor([0, 1, 2, 0])
+    adv = fgsm(model, x, y, 0.1)
+    assert all(p.grad is None for p in model.parameters())  # the parameters' gradients untouched
+    xr = x.clone().requires_grad_(True)
+    torch.nn.functional.cross_entropy(model(xr), y).backward()
+    torch.testing.assert_close(adv, (x + 0.1 * xr.grad.sign()).clamp(0, 1))
+    loss = torch.nn.functional.cross_entropy
+    assert float(loss(model(adv), y)) > float(loss(model(x), y))
+
+
+def test_ordered_batches_and_fgsm_training_change_the_model() -> None:
+    base = dict(name="d", arch=SMALL_CNN, n_train=200, epochs=1, batch_size=50)
+    ref, _ = train_reference_model(TrainRecipe(**base))
+    for kw in ({"ordered_batches": True}, {"fgsm_eps": 0.1}):
+        a, _ = train_reference_model(TrainRecipe(**base, **kw))
+        b, _ = train_reference_model(TrainRecipe(**base, **kw))
+        sa, sb, sr = a.state_dict(), b.state_dict(), ref.state_dict()
+        assert all(torch.equal(sa[k], sb[k]) for k in sa), kw  # reproducible
+        assert not all(torch.equal(sa[k], sr[k]) for k in sa), kw
+
+
+@needs_fashion
+def test_pretraining_on_another_dataset_is_recorded() -> None:
+    recipe = TrainRecipe(name="ft", arch=SMALL_CNN, n_train=200, epochs=1, batch_size=50, pretrain_data="fashion-mnist")
+    model, info = train_reference_model(recipe)
+    assert info["pretrained"]["train_data_id"].startswith("fashion-mnist")
+    scratch, _ = train_reference_model(TrainRecipe(name="ft", arch=SMALL_CNN, n_train=200, epochs=1, batch_size=50))
+    from orbitscope.models.reference import model_hash
+
+    assert info["model_hash"] != model_hash(scratch)

@@ -36,7 +36,19 @@ Deliberate defects (for model zoos, applied to the training set only, seeded by 
 * ``label_noise`` = q: a fraction q of the training labels is replaced by a different class
   drawn uniformly at random;
 * ``class_imbalance`` = r: a fraction r of the images of the upper half of the classes
-  (labels >= num_classes // 2) is dropped.
+  (labels >= num_classes // 2) is dropped;
+* ``noise_images`` = u: u × (training images) images of uniform noise with random labels are
+  added;
+* ``leakage`` = l: the first l × (test images) of the test set, with their labels, are added to
+  the training set (test-set leakage: the reported test accuracy is inflated);
+* ``ordered_batches``: the training set is sorted by label and read in that order, unshuffled;
+* ``fgsm_eps`` = ε: FGSM adversarial training: every batch (after augmentation) is replaced by
+  ``clamp(x + ε · sign(∇ₓ loss), 0, 1)`` for the current model;
+* ``pretrain_data``: the model is first trained on another dataset (the same recipe with that
+  data, its default size, and no defects), then fine-tuned on this one.
+
+These are ML4ML's database anomalies (arXiv 2109.12926); all default to off, and recipes that
+use none of them keep their keys and train exactly as before.
 
 Architectures are any registered config, e.g. the reference CNN,
 :class:`orbitscope.models.equivariant.P4CNN` (``{"arch": "p4cnn"}``) or NERO's own MNIST CNN
@@ -76,6 +88,7 @@ __all__ = [
     "AUGMENTATIONS",
     "sample_offsets",
     "augment_batch",
+    "fgsm",
     "TrainRecipe",
     "RECIPES",
     "EXTRA_RECIPES",
@@ -131,6 +144,8 @@ class TrainRecipe:
             covers ML4ML's scale test 0.70…1.30.
         brightness_range: the same for a brightness gain 1 + δ (values multiplied, then clipped
             to [0, 1], as the ``brightness`` orbit acts).
+        noise_images, leakage, ordered_batches, fgsm_eps, pretrain_data: deliberate defects
+            (see the module docs).
     """
 
     name: str = "reference"
@@ -149,6 +164,11 @@ class TrainRecipe:
     weight_decay: float = 0.0
     scale_range: tuple[float, float] = (0.0, 0.0)
     brightness_range: tuple[float, float] = (0.0, 0.0)
+    noise_images: float = 0.0
+    leakage: float = 0.0
+    ordered_batches: bool = False
+    fgsm_eps: float = 0.0
+    pretrain_data: str | None = None
 
     def __post_init__(self) -> None:
         if self.augmentation not in AUGMENTATIONS:
@@ -175,6 +195,18 @@ class TrainRecipe:
             if not ((lo == hi == 0.0) or 0.0 <= lo < hi < 1.0):
                 raise ValueError(f"{f} must be (0, 0) (none) or 0 <= lo < hi < 1 (factors 1 ± [lo, hi]), got {(lo, hi)}")
             object.__setattr__(self, f, (lo, hi))
+        for f in ("noise_images", "leakage"):
+            v = float(getattr(self, f))
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{f} must be a fraction in [0, 1], got {v}")
+            object.__setattr__(self, f, v)
+        if not (0.0 <= float(self.fgsm_eps) < 1.0):
+            raise ValueError(f"fgsm_eps must be in [0, 1) (a pixel-value radius), got {self.fgsm_eps}")
+        object.__setattr__(self, "fgsm_eps", float(self.fgsm_eps))
+        object.__setattr__(self, "ordered_batches", bool(self.ordered_batches))
+        if self.pretrain_data is not None and (self.pretrain_data not in DATASETS or self.pretrain_data == self.data):
+            raise ValueError(f"pretrain_data must be another of {DATASETS} than data ({self.data!r}), "
+                             f"got {self.pretrain_data!r}")
         if not self.name or "/" in self.name or os.sep in self.name:
             raise ValueError(f"name must be a non-empty file-name-safe string, got {self.name!r}")
         # normalise to plain JSON types (tuples -> lists) so key() is stable
@@ -226,7 +258,9 @@ class TrainRecipe:
 
 
 _LATER_FIELDS: dict[str, Any] = {"n_train": None, "min_angle": 0.0, "label_noise": 0.0, "class_imbalance": 0.0,
-                                 "weight_decay": 0.0, "scale_range": (0.0, 0.0), "brightness_range": (0.0, 0.0)}
+                                 "weight_decay": 0.0, "scale_range": (0.0, 0.0), "brightness_range": (0.0, 0.0),
+                                 "noise_images": 0.0, "leakage": 0.0, "ordered_batches": False, "fgsm_eps": 0.0,
+                                 "pretrain_data": None}
 
 #: Named presets: upright training and the two rotation-augmented variants.
 RECIPES: dict[str, TrainRecipe] = {
@@ -380,7 +414,14 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
     torch.manual_seed(recipe.seed)
     shuffle_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "shuffle"))
     aug_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "augmentation"))
-    loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
+    if recipe.ordered_batches:  # a defect: sorted by label, never shuffled
+        import numpy as np
+
+        order = np.argsort(np.asarray(dataset.labels), kind="stable")  # type: ignore[attr-defined]
+        loader = DataLoader(torch.utils.data.Subset(dataset, order.tolist()), batch_size=recipe.batch_size,
+                            shuffle=False, num_workers=0)
+    else:
+        loader = DataLoader(dataset, batch_size=recipe.batch_size, shuffle=True, generator=shuffle_gen, num_workers=0)
 
     scale_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "scale-augmentation"))
     gain_gen = torch.Generator().manual_seed(derive_seed(recipe.seed, "brightness-augmentation"))
@@ -397,8 +438,22 @@ def _train(model: nn.Module, dataset: Dataset, recipe: TrainRecipe, progress: Pr
         gains = 1.0 + sample_offsets(n, *recipe.brightness_range, generator=gain_gen)
         return augment_batch(images, angles, scales, gains)
 
-    return fit_epochs(model, loader, epochs=recipe.epochs, lr=recipe.lr, batch_inputs=augment, progress=progress,
+    def inputs(images: Tensor, labels: Tensor) -> Tensor:
+        images = augment(images, labels)
+        return fgsm(model, images, labels, recipe.fgsm_eps) if recipe.fgsm_eps > 0 else images
+
+    return fit_epochs(model, loader, epochs=recipe.epochs, lr=recipe.lr, batch_inputs=inputs, progress=progress,
                       weight_decay=recipe.weight_decay)
+
+
+def fgsm(model: nn.Module, images: Tensor, labels: Tensor, eps: float) -> Tensor:
+    """FGSM examples (Goodfellow et al., arXiv 1412.6572): ``clamp(x + eps · sign(∇ₓ CE(f(x), y)),
+    0, 1)`` for the model as it is (its mode and parameter gradients are left untouched)."""
+    device = model_device(model)
+    x = images.detach().to(device).requires_grad_(True)
+    loss = nn.functional.cross_entropy(model(x), labels.to(device))
+    (grad,) = torch.autograd.grad(loss, x)
+    return (x + eps * grad.sign()).clamp(0.0, 1.0).detach().to(images.device)
 
 
 def fit_epochs(
@@ -501,12 +556,17 @@ def training_data(recipe: TrainRecipe) -> tuple[Dataset, Dataset]:
             train = train.stratified(recipe.n_train // 10)
         elif recipe.n_train < len(train):
             train = train.subset(slice(0, recipe.n_train), data_id=f"{train.data_id}[:{recipe.n_train}]")
-    return with_defects(train, recipe), test
+    return with_defects(train, recipe, test), test
 
 
-def with_defects(train: Any, recipe: TrainRecipe) -> Any:
-    """``train`` with the recipe's class imbalance and label noise applied (see the module docs);
-    unchanged when both are 0. Deterministic for the recipe seed."""
+def with_defects(train: Any, recipe: TrainRecipe, test: Any = None) -> Any:
+    """``train`` with the recipe's class imbalance, label noise, noise images and test-set
+    leakage (from ``test``) applied (see the module docs); unchanged when none is set.
+    Deterministic for the recipe seed."""
+    if recipe.noise_images > 0 or recipe.leakage > 0:
+        train = _added_images(with_defects(train, dataclasses.replace(recipe, noise_images=0.0, leakage=0.0)),
+                              recipe, test)
+        return train
     if recipe.label_noise == 0 and recipe.class_imbalance == 0:
         return train
     import numpy as np
@@ -531,6 +591,35 @@ def with_defects(train: Any, recipe: TrainRecipe) -> Any:
     return ArrayDataset(np.asarray(train.images)[idx], new_labels, f"{train.data_id}{tag}", train.classes)
 
 
+def _added_images(train: Any, recipe: TrainRecipe, test: Any) -> Any:
+    """``train`` plus the recipe's noise images (uniform, random labels) and leaked test images."""
+    import numpy as np
+
+    from ..data.datasets import ArrayDataset
+
+    rng = np.random.default_rng(derive_seed(recipe.seed, "added-images"))
+    images, labels = np.asarray(train.images), np.asarray(train.labels)
+    n_classes = int(labels.max()) + 1
+    parts, tags = [(images, labels)], []
+    if recipe.noise_images > 0:
+        k = int(round(recipe.noise_images * len(labels)))
+        noise = rng.random((k, *images.shape[1:]))
+        noise = (noise * 255).astype(np.uint8) if images.dtype == np.uint8 else noise.astype(images.dtype)
+        parts.append((noise, rng.integers(0, n_classes, size=k)))
+        tags.append(f"noise-images{recipe.noise_images:g}")
+    if recipe.leakage > 0:
+        if test is None:
+            raise ValueError("leakage needs the test set to leak from")
+        k = int(round(recipe.leakage * len(test)))
+        leaked = np.asarray(test.images)[:k]
+        if leaked.dtype != images.dtype:
+            leaked = (leaked * 255).round().astype(np.uint8) if images.dtype == np.uint8 else leaked.astype(images.dtype)
+        parts.append((leaked.reshape(k, *images.shape[1:]), np.asarray(test.labels)[:k]))
+        tags.append(f"leakage{recipe.leakage:g}")
+    return ArrayDataset(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]).astype(np.int64),
+                        f"{train.data_id}[{','.join(tags)}]", getattr(train, "classes", None))
+
+
 def train_reference_model(recipe: TrainRecipe, progress: ProgressFn | None = None) -> tuple[nn.Module, dict[str, Any]]:
     """Build ``recipe.arch`` (seeded), train on the recipe's data, test on its upright test set.
 
@@ -545,6 +634,12 @@ def train_reference_model(recipe: TrainRecipe, progress: ProgressFn | None = Non
     train_set, test_set = training_data(recipe)
     torch.manual_seed(recipe.seed)
     model = build_model(recipe.arch)
+    pretrained = None
+    if recipe.pretrain_data is not None:  # a defect: trained on another dataset first, then fine-tuned
+        base = TrainRecipe(name=f"{recipe.name}-pretrain", arch=recipe.arch, data=recipe.pretrain_data,
+                           epochs=recipe.epochs, lr=recipe.lr, batch_size=recipe.batch_size, seed=recipe.seed)
+        model, pretrained = train_reference_model(base)
+        model.train()
     metrics = train_classifier(model, train_set, recipe, progress=progress)
     test_acc = evaluate_accuracy(model, test_set)
     logger.info("recipe %s (%s): test accuracy %.4f in %.1f s", recipe.name, recipe.key(), test_acc, metrics["train_seconds"])
@@ -558,6 +653,8 @@ def train_reference_model(recipe: TrainRecipe, progress: ProgressFn | None = Non
         "model_hash": model_hash(model),
         "torch_version": torch.__version__,
     }
+    if pretrained is not None:
+        info["pretrained"] = {k: pretrained[k] for k in ("recipe_key", "test_accuracy", "train_data_id", "model_hash")}
     return model, info
 
 
