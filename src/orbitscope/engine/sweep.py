@@ -161,6 +161,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
     locks: dict[int, ExitStack] = {}
     started: dict[int, float] = {}
     duplicates: dict[int, str] = {}  # entry -> the run id it repeats
+    shipped: dict[int, Any] = {}  # run -> its context ready to travel (executors that ship)
 
     def report(i: int, status: str) -> None:
         if progress is not None:
@@ -205,7 +206,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                 p = plan_run(modes, spec.model, spec.data, spec.orbit, spec.task, store=st, name=spec.name,
                              model_name=spec.model_name, resume=resume, lock_stack=lock, **spec.options)
                 if runner.ships_by_reference and p.reused is None:
-                    ship(p.ctx)  # a model or dataset that cannot travel fails this run only
+                    shipped[i] = ship(p.ctx)  # a model or dataset that cannot travel fails this run only
             except RunBusyError as exc:
                 duplicates[i] = exc.run_id
                 release(i)
@@ -224,7 +225,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                 continue
             planned[i] = p
             report(i, "planned")
-        contexts = Contexts({i: p.ctx for i, p in planned.items()})
+        contexts = Contexts({i: shipped.get(i, p.ctx) for i, p in planned.items()})  # each shipped once
 
         def jobs() -> Iterator[tuple[int, ChunkJob]]:
             for i in sorted(planned):
