@@ -184,6 +184,8 @@ def _default_bundle_path(db: ModelDatabase, name: str, labels: str) -> Path:
 @friendly_errors
 def zoo_evaluate(
     labels: str = typer.Option("provenance", "--labels", help="provenance, human, or human:NAME."),
+    invariance: str = typer.Option("rotation", "--invariance", help="rotation, brightness or scale (models "
+                                   "of the three-invariance families are assessed for all three)."),
     repeats: int = typer.Option(10, "--repeats", help="Repetitions of the family-held-out cross-validation."),
     folds: int = typer.Option(3, "--folds", help="Folds per repetition (whole families per fold)."),
     borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
@@ -198,7 +200,8 @@ def zoo_evaluate(
     from ..ml4ml.modeldb import ModelDatabase
 
     source, who = _parse_labels(labels)
-    data = assessment_data(ModelDatabase(home, create=False), labels=source, labeller=who, borderline=borderline)
+    data = assessment_data(ModelDatabase(home, create=False), labels=source, labeller=who, borderline=borderline,
+                           invariance=invariance)
     fams = sorted(set(data.families.tolist()))
     console.print(f"{data.n_models} labelled models ({int(data.y.sum())} invariant) in {len(fams)} families: "
                   f"{', '.join(fams)}; labels: {data.label_source}")
@@ -235,6 +238,8 @@ def zoo_fit(
     assessor: str = typer.Option("random_forest", "--assessor", help="decision_tree, random_forest, adaboost, "
                                  "logistic_regression or matrix_cnn."),
     labels: str = typer.Option("provenance", "--labels", help="provenance, human, or human:NAME."),
+    invariance: str = typer.Option("rotation", "--invariance", help="rotation, brightness or scale (models "
+                                   "of the three-invariance families are assessed for all three)."),
     borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Bundle file (default <home>/zoo/assessors/…)."),
     seed: int = typer.Option(0, "--seed"),
@@ -246,7 +251,7 @@ def zoo_fit(
 
     db = ModelDatabase(home, create=False)
     source, who = _parse_labels(labels)
-    data = assessment_data(db, labels=source, labeller=who, borderline=borderline)
+    data = assessment_data(db, labels=source, labeller=who, borderline=borderline, invariance=invariance)
     bundle = fit_assessor(data, assessor, seed=seed)
     path = output or _default_bundle_path(db, assessor, labels)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,9 @@ from ..engine.executors import Executor, LocalExecutor, ProcessExecutor, get_exe
 
 __all__ = [
     "ZOO_TEST_ORBIT",
+    "ML4ML_TESTS",
     "MATRIX_INTERPOLATION",
+    "offset_relation",
     "PROBE_LAYERS",
     "ZOO_SIGNALS",
     "PROVENANCE_RULE",
@@ -77,6 +79,15 @@ log = logging.getLogger(__name__)
 
 #: ML4ML's rotation test: −15…+15° by 1° (31 levels, identity at the centre).
 ZOO_TEST_ORBIT = "rotation:-15:15:1"
+#: ML4ML's three tests (31 levels each, identity at the centre) and their half-widths T
+#: (degrees; factor offsets).
+ML4ML_TESTS: dict[str, tuple[str, float]] = {
+    "rotation": (ZOO_TEST_ORBIT, 15.0),
+    "brightness": ("brightness:0.7:1.3:0.02", 0.3),
+    "scale": ("scale:0.7:1.3:0.02", 0.3),
+}
+#: Largest factor offset a brightness or scale augmentation draws (factors stay in (0, 2)).
+_MAX_OFFSET = 0.9
 #: Layers probed for activation statistics (the last two convolutions of every zoo architecture:
 #: SmallCNN, VGGBN, SmallResNet).
 PROBE_LAYERS = ("conv2", "conv3")
@@ -108,6 +119,12 @@ class Family:
         epochs_choices: epochs drawn from (the "little data" members train three times as long).
         little_data: training images of the "little data" members (a fifth of the members).
         description: one line for listings.
+        invariances: what members are assessed for, rotation first (keys of
+            :data:`ML4ML_TESTS`); for brightness and scale each member draws its own augmentation
+            kind, independently of its rotation augmentation (see :func:`member_recipe`).
+        anomalies: members also draw ML4ML's other database anomalies (noise images, test-set
+            leakage, ordered batches, FGSM adversarial training, pretraining on the other
+            dataset), each for about one member in twelve.
     """
 
     name: str
@@ -121,6 +138,8 @@ class Family:
     n_train: int | None = None
     epochs_choices: tuple[int, ...] = (3, 4, 6, 8)
     little_data: int = 1000
+    invariances: tuple[str, ...] = ("rotation",)
+    anomalies: bool = False
 
 
 FAMILIES: dict[str, Family] = {
@@ -137,6 +156,15 @@ FAMILIES: dict[str, Family] = {
     "fashion-resnet": Family("fashion-resnet", "fashion-mnist", _RESNET, 0.6,
                              "residual 8-16-32 on 4,000 Fashion-MNIST images", n_train=4000),
 }
+#: ML4ML's scope: three architectures × two datasets, each member assessed for rotation,
+#: brightness and scale on 1,000 test images (100 per class), with the database anomalies.
+_THREE = ("rotation", "brightness", "scale")
+for _arch_name, _arch in (("small", _SMALL), ("vgg", _VGG), ("resnet", _RESNET)):
+    for _data, _floor, _n in (("mnist-subset", 0.80, None), ("fashion-mnist", 0.6, 4000)):
+        _name = f"{'mnist' if _data == 'mnist-subset' else 'fashion'}-{_arch_name}-3"
+        FAMILIES[_name] = Family(_name, _data, _arch, _floor, f"{_arch['arch']} on {_data}, assessed for rotation, "
+                                 "brightness and scale", n_train=_n, images_per_class=100, invariances=_THREE,
+                                 anomalies=True)
 
 
 def get_family(name: str | Family) -> Family:
@@ -172,6 +200,13 @@ def member_recipe(family: str | Family, index: int) -> TrainRecipe:
     n_train, epochs = fam.n_train, int(rng.choice(fam.epochs_choices))
     if rng.random() < 0.15:
         n_train, epochs = fam.little_data, 3 * epochs  # little data (about as many optimiser steps)
+    extra: dict[str, Any] = {}
+    for inv in fam.invariances:
+        if inv == "rotation":
+            continue
+        extra[f"{inv}_range"] = _offset_range(fam, index, inv)
+    if fam.anomalies:
+        extra.update(_anomalies(fam, index))
     return TrainRecipe(
         name=f"{fam.name}-{index:03d}",
         arch=fam.arch,
@@ -184,7 +219,50 @@ def member_recipe(family: str | Family, index: int) -> TrainRecipe:
         label_noise=0.0 if rng.random() < 0.75 else float(rng.choice([0.2, 0.4])),
         class_imbalance=0.0 if rng.random() < 0.85 else 0.5,
         **aug,
+        **extra,
     )
+
+
+def _kind_for(fam: Family, index: int, invariance: str) -> str:
+    """The augmentation kind of member ``index`` for a brightness or scale test: one of each kind
+    in every block of five members, in an order of its own (independent of rotation's)."""
+    block = hashlib.sha256(f"{fam.name}:{invariance}:block{index // len(_KINDS)}".encode()).digest()
+    order = np.random.default_rng(int.from_bytes(block[:8], "little")).permutation(len(_KINDS))
+    return _KINDS[int(order[index % len(_KINDS)])]
+
+
+def _offset_range(fam: Family, index: int, invariance: str) -> tuple[float, float]:
+    """``(lo, hi)`` offset magnitudes for :attr:`TrainRecipe.scale_range` / ``brightness_range``,
+    relative to the test's half-width T as for rotation: none (0, 0); narrower (0, T/5…2T/3);
+    matched (0, T); wider (0, 5T/3…4T); gap (T/3…2T/3, T…2T); capped at 0.9."""
+    t = ML4ML_TESTS[invariance][1]
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{fam.name}:{index}:{invariance}".encode()).digest()[:8],
+                                               "little"))
+    kind = _kind_for(fam, index, invariance)
+
+    def cap(v: float) -> float:
+        return round(min(float(v), _MAX_OFFSET), 3)
+
+    if kind == "none":
+        return (0.0, 0.0)
+    if kind == "narrower":
+        return (0.0, cap(rng.uniform(t / 5, 2 * t / 3)))
+    if kind == "matched":
+        return (0.0, cap(t))
+    if kind == "wider":
+        return (0.0, cap(rng.uniform(5 * t / 3, 4 * t)))
+    return (cap(rng.uniform(t / 3, 2 * t / 3)), cap(rng.uniform(t, 2 * t)))
+
+
+def _anomalies(fam: Family, index: int) -> dict[str, Any]:
+    """ML4ML's other database anomalies for member ``index``, each with probability 1/12."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{fam.name}:{index}:anomalies".encode()).digest()[:8],
+                                               "little"))
+    draws = rng.random(5)
+    other = "fashion-mnist" if fam.data == "mnist-subset" else "mnist-subset"
+    return {"noise_images": 0.2 if draws[0] < 1 / 12 else 0.0, "leakage": 0.5 if draws[1] < 1 / 12 else 0.0,
+            "ordered_batches": bool(draws[2] < 1 / 12), "fgsm_eps": 0.1 if draws[3] < 1 / 12 else 0.0,
+            "pretrain_data": other if draws[4] < 1 / 12 else None}
 
 
 def augmentation_relation(recipe: TrainRecipe, test_half_range: float) -> str:
@@ -200,6 +278,19 @@ def augmentation_relation(recipe: TrainRecipe, test_half_range: float) -> str:
     if np.isclose(recipe.max_angle, test_half_range):
         return "matched"
     return "narrower" if recipe.max_angle < test_half_range else "wider"
+
+
+def offset_relation(offsets: tuple[float, float], test_half_range: float) -> str:
+    """How a brightness or scale augmentation ``(lo, hi)`` relates to a test range ±T: ``none``,
+    ``gap`` (lo > 0), ``matched`` (hi = T), ``narrower`` or ``wider``."""
+    lo, hi = offsets
+    if hi == 0:
+        return "none"
+    if lo > 0:
+        return "gap"
+    if np.isclose(hi, test_half_range):
+        return "matched"
+    return "narrower" if hi < test_half_range else "wider"
 
 
 def provenance(family: Family, recipe: TrainRecipe) -> dict[str, Any]:
@@ -218,14 +309,30 @@ def provenance(family: Family, recipe: TrainRecipe) -> dict[str, Any]:
         "class_imbalance": recipe.class_imbalance,
         "n_train": recipe.n_train,
         "seed": recipe.seed,
+        **(_multi_provenance(family, recipe) if family.invariances != ("rotation",) or family.anomalies else {}),
     }
 
 
-def provenance_label(prov: dict[str, Any], metrics: dict[str, Any], accuracy_floor: float) -> str:
-    """:data:`PROVENANCE_RULE` (see the module docs)."""
-    if metrics["accuracy_identity"] < accuracy_floor or prov["relation"] == "gap":
+def _multi_provenance(family: Family, recipe: TrainRecipe) -> dict[str, Any]:
+    relations = {"rotation": augmentation_relation(recipe, family.test_half_range)}
+    for inv in family.invariances:
+        if inv != "rotation":
+            relations[inv] = offset_relation(getattr(recipe, f"{inv}_range"), ML4ML_TESTS[inv][1])
+    return {"relations": relations, "scale_range": list(recipe.scale_range),
+            "brightness_range": list(recipe.brightness_range), "noise_images": recipe.noise_images,
+            "leakage": recipe.leakage, "ordered_batches": recipe.ordered_batches, "fgsm_eps": recipe.fgsm_eps,
+            "pretrain_data": recipe.pretrain_data}
+
+
+def provenance_label(prov: dict[str, Any], metrics: dict[str, Any], accuracy_floor: float,
+                     invariance: str = "rotation") -> str:
+    """:data:`PROVENANCE_RULE` (see the module docs), for ``invariance``'s augmentation relation."""
+    relation = prov.get("relations", {}).get(invariance, prov["relation"] if invariance == "rotation" else None)
+    if relation is None:
+        raise ValueError(f"this model's provenance has no {invariance} augmentation relation")
+    if metrics["accuracy_identity"] < accuracy_floor or relation == "gap":
         return "borderline"
-    return "invariant" if prov["relation"] in ("matched", "wider") else "not-invariant"
+    return "invariant" if relation in ("matched", "wider") else "not-invariant"
 
 
 def apply_provenance_rule(db: Any) -> int:
@@ -241,8 +348,9 @@ def apply_provenance_rule(db: Any) -> int:
 
 
 def _label(db: Any, model_id: str, prov: dict[str, Any], metrics: dict[str, Any], fam: Family) -> None:
-    db.set_label(model_id, provenance_label(prov, metrics, fam.accuracy_floor), source="provenance",
-                 labeller=PROVENANCE_RULE.split(" ", 1)[0], note=PROVENANCE_RULE)
+    for inv in fam.invariances:
+        db.set_label(model_id, provenance_label(prov, metrics, fam.accuracy_floor, inv), source="provenance",
+                     labeller=PROVENANCE_RULE.split(" ", 1)[0], note=PROVENANCE_RULE, invariance=inv)
 
 
 def test_images(family: Family) -> Any:
@@ -307,11 +415,13 @@ class MemberBuild:
             ``weights`` and ``matrices`` are the paths in the driver's store.
         matrices: the member's :class:`~orbitscope.ml4ml.matrices.VarianceMatrices`.
         weights: the bytes of its trained weights file (the cache file of its recipe).
+        extra: ``{invariance: VarianceMatrices}`` for the family's other invariances.
     """
 
     row: dict[str, Any]
     matrices: Any
     weights: bytes
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def train_member(family: str | Family, index: int, home: str | Path) -> MemberBuild:
@@ -346,7 +456,18 @@ def train_member(family: str | Family, index: int, home: str | Path) -> MemberBu
     row = {"model_id": model_id, "family": fam.name, "member": index, "recipe": recipe.to_dict(),
            "provenance": provenance(fam, recipe), "weights": str(cached),
            "matrices": str(ModelDatabase.matrices_path_for(home, fam.name, model_id)), "metrics": metrics}
-    return MemberBuild(row, vm, weights)
+    extra: dict[str, Any] = {}
+    for inv in fam.invariances:
+        if inv == "rotation":
+            continue
+        vm_i, metrics_i = model_matrices(model, test_images(fam), ML4ML_TESTS[inv][0], model_name=model_id)
+        vm_i.attrs.update(model_id=model_id, family=fam.name, invariance=inv)
+        extra[inv] = vm_i
+        row.setdefault("extra", {})[inv] = {
+            "matrices": str(ModelDatabase.matrices_path_for(home, fam.name, model_id, inv)), "metrics": metrics_i}
+    if extra:
+        row["metrics"]["build_seconds"] = time.perf_counter() - t0
+    return MemberBuild(row, vm, weights, extra)
 
 
 def save_member(build: MemberBuild) -> dict[str, Any]:
@@ -357,6 +478,8 @@ def save_member(build: MemberBuild) -> dict[str, Any]:
     matrices = Path(row["matrices"])
     matrices.parent.mkdir(parents=True, exist_ok=True)
     build.matrices.save(matrices)
+    for inv, vm in build.extra.items():
+        vm.save(row["extra"][inv]["matrices"])
     weights = Path(row["weights"])
     if not weights.is_file() or row["metrics"].get("trained_now", False):
         weights.parent.mkdir(parents=True, exist_ok=True)

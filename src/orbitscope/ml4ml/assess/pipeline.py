@@ -95,8 +95,9 @@ class AssessmentData:
 
 
 def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None = None,
-                    borderline: str = "drop") -> AssessmentData:
-    """Features, matrix images and labels of every model of ``db`` labelled by ``labels``.
+                    borderline: str = "drop", invariance: str = "rotation") -> AssessmentData:
+    """Features, matrix images and labels of every model of ``db`` labelled by ``labels`` for
+    ``invariance`` (``rotation``, ``brightness`` or ``scale``: the models assessed for it).
 
     Args:
         db: a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase`.
@@ -107,22 +108,26 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
     """
     if borderline not in ("drop", "invariant", "not-invariant"):
         raise ValueError(f"borderline must be 'drop', 'invariant' or 'not-invariant', got {borderline!r}")
+    if invariance not in ("rotation", "brightness", "scale"):
+        raise ValueError(f"invariance must be 'rotation', 'brightness' or 'scale', got {invariance!r}")
     rows = []
     for m in db.models():
-        label = m.label(labels, labeller)
+        if invariance not in m.invariances:
+            continue
+        label = m.label(labels, labeller, invariance)
         if label == "borderline":
             label = None if borderline == "drop" else borderline
         if label is not None:
             rows.append((m, label))
     if not rows:
         who = f" by {labeller}" if labeller else ""
-        raise ValueError(f"no models with {labels} labels{who} in the model database at {db.store.home}; "
-                         "build a zoo (orbitscope zoo train) or label models (orbitscope zoo label)")
+        raise ValueError(f"no models with {labels} labels{who} for {invariance} in the model database at "
+                         f"{db.store.home}; build a zoo (orbitscope zoo train) or label models (orbitscope zoo label)")
     ids, fams, labs, xs, imgs, cs = [], [], [], [], [], []
     names: list[str] = []
     identity, orbit = -1, None
     for m, label in rows:
-        vm = m.load_matrices()
+        vm = m.load_matrices(invariance)
         names, x, img = _features(vm)
         ids.append(m.model_id)
         fams.append(m.family)
@@ -130,7 +135,13 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
         xs.append(x)
         imgs.append(img)
         cs.append(vm.correct)
-        identity, orbit = vm.identity, m.provenance.get("test_orbit")
+        identity = vm.identity
+        if invariance == "rotation":
+            orbit = m.provenance.get("test_orbit")
+        else:
+            from ..zoo import ML4ML_TESTS
+
+            orbit = ML4ML_TESTS[invariance][0]
     if len({img.shape for img in imgs}) > 1:
         raise ValueError("models have matrices of different sizes (different test orbits); assess one orbit at a time")
     source = labels + (f" by {labeller}" if labeller else "")
