@@ -70,3 +70,32 @@ def test_a_store_from_before_invariances_is_migrated(tmp_path) -> None:
     (label,) = db.labels()
     assert (label.model_id, label.labeller, label.label, label.invariance) == ("m-000", "ann", "invariant", "rotation")
     assert ModelDatabase(tmp_path).labels() == [label]  # opening again changes nothing
+
+
+def test_cross_validation_per_invariance_from_the_api_and_the_cli(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from orbitscope.cli import app
+    from orbitscope.ml4ml.assess.pipeline import compare_invariances
+
+    for name, base in (("tinya", "mnist-small-3"), ("tinyb", "mnist-vgg-3")):
+        fam = dataclasses.replace(zoo.FAMILIES[base], name=name, n_train=200, epochs_choices=(1,), little_data=100,
+                                  images_per_class=2, test_orbit="rotation:-2:2:1", test_half_range=2.0,
+                                  accuracy_floor=0.0, anomalies=False)
+        assert not zoo.build_family(fam, 5, store=tmp_path, workers=1).failed
+    db = ModelDatabase(tmp_path)
+    results = compare_invariances(db, repeats=2, borderline="invariant")
+    assert [c.invariance for c in results] == ["rotation", "brightness", "scale"]
+    for c in results:
+        assert c.report is not None and c.data.n_models == 10, c.note
+        assert c.report.n_families == 2 and "baseline:accuracy_drop" in c.report.names
+        if c.test is not None:
+            assert c.test.b.startswith("baseline:") and not c.test.a.startswith("baseline:")
+    out = CliRunner().invoke(app, ["zoo", "evaluate", "--invariance", "all", "--repeats", "2", "--no-cnn",
+                                   "--borderline", "invariant", "--home", str(tmp_path), "-o", str(tmp_path / "cv.csv")],
+                             env={"COLUMNS": "160"})
+    assert out.exit_code == 0, out.output
+    assert all(inv in out.output for inv in ("rotation", "brightness", "scale"))
+    rows = (tmp_path / "cv.csv").read_text().splitlines()
+    assert rows[0].startswith("invariance,") and {r.split(",")[0] for r in rows[1:]} == {"rotation", "brightness",
+                                                                                            "scale"}

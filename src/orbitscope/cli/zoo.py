@@ -184,8 +184,9 @@ def _default_bundle_path(db: ModelDatabase, name: str, labels: str) -> Path:
 @friendly_errors
 def zoo_evaluate(
     labels: str = typer.Option("provenance", "--labels", help="provenance, human, or human:NAME."),
-    invariance: str = typer.Option("rotation", "--invariance", help="rotation, brightness or scale (models "
-                                   "of the three-invariance families are assessed for all three)."),
+    invariance: str = typer.Option("rotation", "--invariance", help="rotation, brightness, scale, or all (one "
+                                   "table each, with the paired test of the best assessor against the best "
+                                   "baseline)."),
     repeats: int = typer.Option(10, "--repeats", help="Repetitions of the family-held-out cross-validation."),
     folds: int = typer.Option(3, "--folds", help="Folds per repetition (whole families per fold)."),
     borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
@@ -200,6 +201,9 @@ def zoo_evaluate(
     from ..ml4ml.modeldb import ModelDatabase
 
     source, who = _parse_labels(labels)
+    if invariance == "all":
+        _evaluate_all(ModelDatabase(home, create=False), source, who, borderline, repeats, folds, seed, cnn, output)
+        return
     data = assessment_data(ModelDatabase(home, create=False), labels=source, labeller=who, borderline=borderline,
                            invariance=invariance)
     fams = sorted(set(data.families.tolist()))
@@ -230,6 +234,33 @@ def zoo_evaluate(
         from ..results.tables import write_csv
 
         console.print(f"wrote {write_csv(report.to_rows(), output)}")
+
+
+def _evaluate_all(db: "ModelDatabase", source: str, who: str | None, borderline: str, repeats: int, folds: int,
+                  seed: int, cnn: bool, output: Path | None) -> None:
+    """``zoo evaluate --invariance all``: one cross-validation table per invariance."""
+    from ..ml4ml.assess.pipeline import compare_invariances
+
+    rows = []
+    for c in compare_invariances(db, labels=source, labeller=who, borderline=borderline, repeats=repeats,
+                                 folds=folds, seed=seed, include_cnn=cnn):
+        console.rule(c.invariance)
+        if c.report is None:
+            console.print(f"{c.invariance}: not assessed ({c.note})")
+            continue
+        console.print(c.report.table(), highlight=False, soft_wrap=True)
+        t = c.test
+        if t is None:
+            console.print(f"best assessor vs best baseline: no paired test ({c.note})")
+        else:
+            console.print(f"best assessor {t.a} vs best baseline {t.b}: {100 * t.difference:+.1f} points over "
+                          f"{t.splits} splits, corrected resampled t-test t = {t.t:.2f} (df {t.df}), p = "
+                          f"{t.p_value:.3f}")
+        rows += [{"invariance": c.invariance, **row} for row in c.report.to_rows()]
+    if output is not None and rows:
+        from ..results.tables import write_csv
+
+        console.print(f"wrote {write_csv(rows, output)}")
 
 
 @zoo_app.command("fit")

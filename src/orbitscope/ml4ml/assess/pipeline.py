@@ -28,6 +28,9 @@ from .features import model_features
 from .validation import CVReport, cross_validate_by_family
 
 __all__ = [
+    "INVARIANCES",
+    "InvarianceComparison",
+    "compare_invariances",
     "CANONICAL_MATRICES",
     "POSITIVE",
     "canonical_matrices",
@@ -167,6 +170,47 @@ def compare_assessors(data: AssessmentData, *, repeats: int = 10, folds: int = 3
     return cross_validate_by_family(data.X, data.y, data.families, make_estimators=_estimators(include_cnn, data.identity),
                                     repeats=repeats, folds=folds, seed=seed, images=data.images,
                                     correctness=data.correctness)
+
+
+#: The invariances a model database can hold (ML4ML's three tests).
+INVARIANCES = ("rotation", "brightness", "scale")
+
+
+@dataclass
+class InvarianceComparison:
+    """Assessors against baselines for one invariance: the labelled models (``data``), the
+    cross-validation (``report``) and the paired test of the best assessor against the best
+    baseline (``test``; None with ``note`` saying why, e.g. one label only)."""
+
+    invariance: str
+    data: AssessmentData | None
+    report: CVReport | None
+    test: Any = None
+    note: str = ""
+
+
+def compare_invariances(db: Any, invariances: Sequence[str] = INVARIANCES, *, labels: str = "provenance",
+                        labeller: str | None = None, borderline: str = "drop", repeats: int = 10, folds: int = 3,
+                        seed: int = 0, include_cnn: bool = False) -> list[InvarianceComparison]:
+    """:func:`compare_assessors` for each invariance of ``db`` (the same folds design and seed),
+    with the best assessor tested against the best baseline by the corrected resampled t-test
+    (:meth:`~orbitscope.ml4ml.assess.validation.CVReport.best_against_best`). An invariance
+    without labelled models or with one label only is reported with its reason, not raised."""
+    out = []
+    for inv in invariances:
+        try:
+            data = assessment_data(db, labels=labels, labeller=labeller, borderline=borderline, invariance=inv)
+            report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=include_cnn)
+        except ValueError as exc:
+            out.append(InvarianceComparison(inv, None, None, note=str(exc)))
+            continue
+        try:
+            test = report.best_against_best([n for n in report.names if n not in BASELINES], list(BASELINES))
+        except ValueError as exc:  # fewer than two tested splits
+            out.append(InvarianceComparison(inv, data, report, note=str(exc)))
+            continue
+        out.append(InvarianceComparison(inv, data, report, test))
+    return out
 
 
 def fit_assessor(data: AssessmentData, name: str = "random_forest", *, seed: int = 0) -> AssessorBundle:
