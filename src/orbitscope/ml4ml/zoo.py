@@ -11,6 +11,14 @@ in what ML4ML varied (arXiv 2109.12926, see ``reference/seeds.md``):
   of the members), class imbalance (0, or half of the upper classes' images dropped for 15%),
   little data (1,000 training images and three times the epochs, for 15%), seed.
 
+The three-invariance families (``<data>-<arch>-3``, :data:`ML4ML_TESTS`) also test brightness
+(0.70…1.30 by 0.02) and scale (0.70…1.30 by 0.02, T = 0.3 each): every member draws a kind
+for each of them as above, independently of its rotation kind (factors 1 ± the same ranges,
+capped at ±0.9), carries ML4ML's other anomalies (noise images, test-set leakage of half the
+test split, ordered batches, FGSM adversarial training at ε = 0.1, pretraining on the other
+dataset; each with probability 1/12), is assessed on 1,000 test images per invariance, and gets
+one provenance label per invariance.
+
 The augmentation kinds are balanced: every block of five consecutive members has one of each.
 
 Building a member trains it (cached in ``<home>/models/zoo/<family>``), evaluates it on the
