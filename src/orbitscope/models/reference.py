@@ -34,6 +34,7 @@ from .registry import check_arch_args, register_model
 __all__ = [
     "ReferenceCNN",
     "SmallCNN",
+    "ZooConvNet",
     "default_config",
     "fold_batchnorm",
     "optimize_for_inference",
@@ -157,7 +158,33 @@ def default_config() -> dict[str, Any]:
     }
 
 
-class SmallCNN(nn.Module):
+class ZooConvNet(nn.Module):
+    """What the model-zoo CNNs share (:class:`SmallCNN` here, ``VGGBN`` and ``SmallResNet`` in
+    :mod:`orbitscope.models.zoo_nets`): image channels, logits, three conv widths and a hidden
+    width, checked; the config :func:`~orbitscope.models.registry.build_model` rebuilds them
+    from; and the input check (any (B, C, H, W) of at least 12 × 12 pixels)."""
+
+    arch_name = ""
+
+    def __init__(self, in_channels: int, num_classes: int, widths: Sequence[int], hidden: int) -> None:
+        super().__init__()
+        self.widths = check_arch_args(type(self).__name__, in_channels, num_classes, widths, hidden, 3)
+        self.in_channels, self.num_classes, self.hidden = in_channels, num_classes, hidden
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
+        return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
+                "widths": list(self.widths), "hidden": self.hidden}
+
+    def check_input(self, x: Tensor) -> None:
+        """ValueError unless ``x`` is (B, in_channels, H, W) with H, W >= 12."""
+        if x.ndim != 4 or x.shape[1] != self.in_channels or min(x.shape[-2:]) < 12:
+            raise ValueError(f"{type(self).__name__} expects (B, {self.in_channels}, H, W) with H, W >= 12, "
+                             f"got {tuple(x.shape)}")
+
+
+class SmallCNN(ZooConvNet):
     """A five-layer CNN for model zoos (ML4ML's MNIST assessor used a 5-layer CNN).
 
     ``conv1 → ReLU → max-pool 2 → conv2 → ReLU → max-pool 2 → conv3 → ReLU → adaptive average
@@ -175,9 +202,7 @@ class SmallCNN(nn.Module):
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (8, 16, 32),
                  hidden: int = 64) -> None:
-        super().__init__()
-        self.widths = check_arch_args("SmallCNN", in_channels, num_classes, widths, hidden, 3)
-        self.in_channels, self.num_classes, self.hidden = in_channels, num_classes, hidden
+        super().__init__(in_channels, num_classes, widths, hidden)
         w1, w2, w3 = self.widths
         self.conv1 = nn.Conv2d(in_channels, w1, 3, padding=1)
         self.conv2 = nn.Conv2d(w1, w2, 3, padding=1)
@@ -187,15 +212,8 @@ class SmallCNN(nn.Module):
         self.fc1 = nn.Linear(w3 * 9, hidden)
         self.fc2 = nn.Linear(hidden, num_classes)
 
-    @property
-    def config(self) -> dict[str, Any]:
-        """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
-        return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
-                "widths": list(self.widths), "hidden": self.hidden}
-
     def forward(self, x: Tensor) -> Tensor:
-        if x.ndim != 4 or x.shape[1] != self.in_channels or min(x.shape[-2:]) < 12:
-            raise ValueError(f"SmallCNN expects (B, {self.in_channels}, H, W) with H, W >= 12, got {tuple(x.shape)}")
+        self.check_input(x)
         x = self.pool(torch.relu(self.conv1(x)))
         x = self.pool(torch.relu(self.conv2(x)))
         x = self.squeeze(torch.relu(self.conv3(x)))

@@ -7,22 +7,18 @@ registered for :func:`~orbitscope.models.registry.build_model` (``"vgg_bn"``, ``
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 
-from .registry import check_arch_args, register_model
+from .reference import ZooConvNet
+from .registry import register_model
 
 __all__ = ["VGGBN", "SmallResNet"]
 
 
-def _check_input(name: str, x: Tensor, channels: int) -> None:
-    if x.ndim != 4 or x.shape[1] != channels or min(x.shape[-2:]) < 12:
-        raise ValueError(f"{name} expects (B, {channels}, H, W) with H, W >= 12, got {tuple(x.shape)}")
-
-
-class VGGBN(nn.Module):
+class VGGBN(ZooConvNet):
     """VGG-style: ``[conv1a → BN → ReLU → conv1b → BN → ReLU → max-pool 2]``,
     ``[conv2 → BN → ReLU → max-pool 2]``, ``[conv3 → BN → ReLU]``, adaptive average pool to 3 × 3,
     ``fc1 → ReLU → dropout-free fc2``; 3 × 3 convolutions with padding 1 (ML4ML used VGG13-BN on
@@ -38,9 +34,7 @@ class VGGBN(nn.Module):
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (16, 32, 64),
                  hidden: int = 64) -> None:
-        super().__init__()
-        self.widths = check_arch_args("VGGBN", in_channels, num_classes, widths, hidden, 3)
-        self.in_channels, self.num_classes, self.hidden = in_channels, num_classes, hidden
+        super().__init__(in_channels, num_classes, widths, hidden)
         w1, w2, w3 = self.widths
         self.conv1a = nn.Conv2d(in_channels, w1, 3, padding=1, bias=False)
         self.bn1a = nn.BatchNorm2d(w1)
@@ -55,14 +49,8 @@ class VGGBN(nn.Module):
         self.fc1 = nn.Linear(w3 * 9, hidden)
         self.fc2 = nn.Linear(hidden, num_classes)
 
-    @property
-    def config(self) -> dict[str, Any]:
-        """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
-        return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
-                "widths": list(self.widths), "hidden": self.hidden}
-
     def forward(self, x: Tensor) -> Tensor:
-        _check_input("VGGBN", x, self.in_channels)
+        self.check_input(x)
         x = torch.relu(self.bn1a(self.conv1a(x)))
         x = self.pool(torch.relu(self.bn1b(self.conv1b(x))))
         x = self.pool(torch.relu(self.bn2(self.conv2(x))))
@@ -85,7 +73,7 @@ class _Residual(nn.Module):
         return torch.relu(x + y)
 
 
-class SmallResNet(nn.Module):
+class SmallResNet(ZooConvNet):
     """A small residual network: ``conv1 → BN → ReLU → block(w1) → max-pool 2``, ``conv2 → BN →
     ReLU → block(w2) → max-pool 2``, ``conv3 → BN → ReLU → block(w3)``, adaptive average pool to
     1 × 1, ``fc``. ``conv2`` and ``conv3`` are the widening convolutions before the last two
@@ -101,9 +89,7 @@ class SmallResNet(nn.Module):
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, widths: Sequence[int] = (16, 32, 64),
                  hidden: int = 64) -> None:
-        super().__init__()
-        self.widths = check_arch_args("SmallResNet", in_channels, num_classes, widths, hidden, 3)
-        self.in_channels, self.num_classes, self.hidden = in_channels, num_classes, hidden
+        super().__init__(in_channels, num_classes, widths, hidden)
         w1, w2, w3 = self.widths
         self.conv1 = nn.Conv2d(in_channels, w1, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(w1)
@@ -118,14 +104,8 @@ class SmallResNet(nn.Module):
         self.squeeze = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(w3, num_classes)
 
-    @property
-    def config(self) -> dict[str, Any]:
-        """JSON-able config such that ``build_model(config)`` rebuilds this architecture."""
-        return {"arch": self.arch_name, "in_channels": self.in_channels, "num_classes": self.num_classes,
-                "widths": list(self.widths), "hidden": self.hidden}
-
     def forward(self, x: Tensor) -> Tensor:
-        _check_input("SmallResNet", x, self.in_channels)
+        self.check_input(x)
         x = self.pool(self.block1(torch.relu(self.bn1(self.conv1(x)))))
         x = self.pool(self.block2(torch.relu(self.bn2(self.conv2(x)))))
         x = self.squeeze(self.block3(torch.relu(self.bn3(self.conv3(x)))))
