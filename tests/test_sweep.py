@@ -202,7 +202,7 @@ class FlakyExecutor(LocalExecutor):
         self.bad, self.late, self.calls = bad, late, 0
 
     def map(self, fn, jobs, context=None):
-        from orbitscope.engine.sweep import ChunkFailure
+        from orbitscope.engine.executor_base import JobFailure
 
         self.calls += 1
         pending = list(jobs)
@@ -211,7 +211,7 @@ class FlakyExecutor(LocalExecutor):
             if job[0] == self.bad and self.calls == 1:
                 seen += 1
                 if self.late and seen == 1:
-                    yield job, ChunkFailure("ModelError", "it broke", "")
+                    yield job, JobFailure("ModelError", "it broke", "")
                     continue
                 raise JobError("Ray could not run the job after 3 retries: worker died", job, None, "Ray")
             yield job, fn(job, context)

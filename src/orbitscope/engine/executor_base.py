@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "JobFailure"]
 
 J = TypeVar("J")
 R = TypeVar("R")
@@ -22,3 +24,19 @@ class Executor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+@dataclass(frozen=True)
+class JobFailure:
+    """A job that raised where it ran, returned as a value so that one failing job does not stop
+    an executor's other jobs (sweep chunks, certification shards): the error's type name, message
+    and traceback."""
+
+    kind: str
+    message: str
+    detail: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "JobFailure":
+        """The failure of ``exc`` (call inside its ``except`` block, for the traceback)."""
+        return cls(type(exc).__name__, str(exc), traceback.format_exc(limit=8))

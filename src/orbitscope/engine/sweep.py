@@ -8,14 +8,14 @@ are reused (``"reused"``); a run whose planning or any chunk fails is reported (
 with the run and chunk named) while the other runs go on; an interrupted sweep run again
 resumes every run from its stored chunks.
 
-A chunk that raises on a worker comes back as a :class:`ChunkFailure` value (not an exception),
-so one failing model does not stop the executor's other jobs.
+A chunk that raises on a worker comes back as a
+:class:`~orbitscope.engine.executor_base.JobFailure` value (not an exception), so one failing
+model does not stop the executor's other jobs.
 """
 
 from __future__ import annotations
 
 import time
-import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -25,10 +25,11 @@ from torch import nn
 from ..errors import JobError, OrbitscopeError
 from .chunk import ChunkJob, evaluate_chunk
 from .evaluation import PlannedRun, Run, plan_run
+from .executor_base import JobFailure
 from .executors import Executor, get_executor
 from .shipping import Contexts
 
-__all__ = ["SweepRun", "SweepOutcome", "SweepResult", "ChunkFailure", "sweep", "sweep_chunk", "SweepProgress"]
+__all__ = ["SweepRun", "SweepOutcome", "SweepResult", "sweep", "sweep_chunk", "SweepProgress"]
 
 #: ``progress(index, done, total, status)``: run ``index`` has ``done`` of ``total`` samples
 #: written; status is ``"planned"``, ``"running"``, ``"done"``, ``"reused"`` or ``"failed"``.
@@ -108,23 +109,14 @@ class SweepResult:
         return out
 
 
-@dataclass(frozen=True)
-class ChunkFailure:
-    """A chunk that raised on its worker: the error's type, message and traceback."""
-
-    kind: str
-    message: str
-    detail: str
-
-
 def sweep_chunk(job: tuple[int, ChunkJob], contexts: Any) -> Any:
     """Executor job of a sweep: chunk ``job[1]`` of run ``job[0]``; an error comes back as a
-    :class:`ChunkFailure`."""
+    :class:`~orbitscope.engine.executor_base.JobFailure`."""
     key, chunk = job
     try:
         return evaluate_chunk(chunk, contexts[key])
     except Exception as exc:  # noqa: BLE001 - reported per run by the driver
-        return ChunkFailure(type(exc).__name__, str(exc), traceback.format_exc(limit=8))
+        return JobFailure.of(exc)
 
 
 def _chunk_text(job: ChunkJob) -> str:
@@ -248,7 +240,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                     p = planned.get(i)
                     if p is None:  # the run failed already; its late chunks are dropped
                         continue
-                    if isinstance(result, ChunkFailure):
+                    if isinstance(result, JobFailure):
                         fail(i, f"run {p.name!r} ({p.run_id}), {_chunk_text(job)}: {result.kind}: {result.message}")
                         continue
                     try:

@@ -26,14 +26,14 @@ once per worker); the Ray executor ships it (:meth:`ShardedCertify.shipped`): th
 dataset as a :class:`~orbitscope.engine.shipping.DataRef` (its data spec, or its pickle), arrays
 as they are. The data must be readable by index (a Dataset or arrays, not a DataLoader).
 
-A shard that fails comes back as a :class:`ShardFailure`; the driver raises its error (a
-DataError, ModelError, SpecError, ValueError or TypeError as on the worker, else a ModelError)
-naming the shard's inputs, with the worker's traceback as a note.
+A shard that fails comes back as a :class:`~orbitscope.engine.executor_base.JobFailure`; the
+driver raises its error (:func:`shard_error`: a DataError, ModelError, SpecError, ValueError or
+TypeError as on the worker, else a ModelError) naming the shard's inputs, with the worker's
+traceback as a note.
 """
 
 from __future__ import annotations
 
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -42,12 +42,13 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from ..engine.executor_base import JobFailure
 from ..engine.executors import Executor, get_executor
 from ..engine.shipping import DataRef, ModelRef, check_plain, data_ref, model_ref
 from ..errors import DataError, JobError, ModelError, SpecError
 from .samplers import PerturbationSampler, sampler_from_spec
 
-__all__ = ["ShardedCertify", "ShippedCertify", "ShardFailure", "certify_shard", "run_shards", "shard_ranges",
+__all__ = ["ShardedCertify", "ShippedCertify", "shard_error", "certify_shard", "run_shards", "shard_ranges",
            "input_count", "data_slice", "sampler_spec"]
 
 Progress = Callable[[int, int | None], None]
@@ -188,33 +189,26 @@ class ShippedCertify:
                               self.run)
 
 
-@dataclass(frozen=True)
-class ShardFailure:
-    """A shard that raised on its worker: the error's type name, message and traceback."""
-
-    kind: str
-    message: str
-    detail: str
-
-    def error(self, shard: tuple[int, int], n: int, where: str) -> Exception:
-        """The error the driver raises, naming the shard's inputs: the worker's type where it is a
-        DataError, ModelError, SpecError, ValueError or TypeError (else a ModelError), with the
-        worker's traceback attached as a note."""
-        start, stop = shard
-        exc = _KINDS.get(self.kind, ModelError)(f"certifying inputs {start}–{stop - 1} (of {n}) failed on {where}: "
-                                                f"{self.kind}: {self.message}")
-        exc.add_note(f"worker traceback:\n{self.detail}")
-        return exc
+def shard_error(failure: JobFailure, shard: tuple[int, int], n: int, where: str) -> Exception:
+    """The error the driver raises for a shard that failed on its worker, naming the shard's
+    inputs: the worker's type where it is a DataError, ModelError, SpecError, ValueError or
+    TypeError (else a ModelError), with the worker's traceback attached as a note."""
+    start, stop = shard
+    exc = _KINDS.get(failure.kind, ModelError)(f"certifying inputs {start}–{stop - 1} (of {n}) failed on {where}: "
+                                               f"{failure.kind}: {failure.message}")
+    exc.add_note(f"worker traceback:\n{failure.detail}")
+    return exc
 
 
 def certify_shard(shard: tuple[int, int], context: ShardedCertify) -> Any:
     """Executor job: the certification result of inputs ``shard = (start, stop)``, or a
-    :class:`ShardFailure` when it raises (the driver raises it, naming the shard)."""
+    :class:`~orbitscope.engine.executor_base.JobFailure` when it raises (the driver raises it,
+    naming the shard: :func:`shard_error`)."""
     start, stop = shard
     try:
         return context.certify_inputs(start, stop)
     except Exception as exc:  # noqa: BLE001 - raised by the driver, with the shard named
-        return ShardFailure(type(exc).__name__, str(exc), traceback.format_exc(limit=8))
+        return JobFailure.of(exc)
 
 
 def run_shards(context: ShardedCertify, executor: str | Executor, *, shard_size: int = 64,
@@ -233,8 +227,8 @@ def run_shards(context: ShardedCertify, executor: str | Executor, *, shard_size:
     results = runner.map(certify_shard, shards, context)
     try:
         for shard, part in results:
-            if isinstance(part, ShardFailure):
-                raise part.error(shard, n, where)
+            if isinstance(part, JobFailure):
+                raise shard_error(part, shard, n, where)
             parts[shard[0]] = part
             decided += shard[1] - shard[0]
             if progress is not None:
