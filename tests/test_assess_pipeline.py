@@ -129,13 +129,15 @@ def test_ml4ml_demo_end_to_end(tmp_path):
     fams = tuple(dataclasses.replace(f, name=f.name + "d", accuracy_floor=0.0) for f in (FAMILY_A, FAMILY_B))
     judged = {"upright": TrainRecipe(name="j-up", arch=FAMILY_A.arch, n_train=200, epochs=1, batch_size=64)}
     messages: list[str] = []
-    res = run_ml4ml_demo(tmp_path / "home", tmp_path / "out", per_family=4, repeats=1, families=fams,
-                         judged=judged, workers=1, status=messages.append)
+    res = run_ml4ml_demo(tmp_path / "home", tmp_path / "out", study=None, per_family=4, repeats=1, families=fams,
+                         judged=judged, judged_family=fams[0], workers=1, status=messages.append)
     assert res.n_models >= 4 and any("family-held-out" in m for m in messages)
-    for name in ("cv.csv", "verdicts.csv", "importances.csv", "matrices_upright.png"):
+    for name in ("cv.csv", "verdicts.csv", "importances.csv", "matrices_upright_rotation.png"):
         assert (tmp_path / "out" / name).stat().st_size > 50, name
-    v = res.verdicts["upright"]
+    (v,) = res.verdicts  # rotation-only families: one verdict, for rotation
+    assert v["model"] == "upright" and v["invariance"] == "rotation" and v["trained with"] == "none"
     assert v["verdict"] in ("invariant", "not-invariant") and 0 <= v["probability invariant"] <= 1
+    assert "brightness: not assessed" in res.cv_table
     assert {r["assessor"] for r in res.cv_rows} >= {"random_forest", "baseline:accuracy_drop"}
 
 

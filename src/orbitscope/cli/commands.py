@@ -317,10 +317,10 @@ def demo(
     home: Optional[Path] = HomeOption,
     out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
     n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
-    ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also build a small model zoo and run ML4ML assessors."),
+    ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also run ML4ML's assessors on the shipped model study."),
 ) -> None:
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
-    ML4ML assessors on a small zoo; NERO's detection case study (our detector at 0 % vs 100 % jitter over
+    ML4ML assessors against formula baselines on the shipped 150-model study; NERO's detection case study (our detector at 0 % vs 100 % jitter over
     window shifts, OpenCV's detectors on real photos); NERO's PIV case study (Farneback vs learned flow CNNs
     over D4 x time reversal, and real pairs label-free); NERO's point-cloud case study (PointNet and DGCNN,
     plain vs rotation-augmented, and invariant references, over NERO's SO(3) sample and a uniform grid).
@@ -389,10 +389,11 @@ def demo(
             console.rule(f"point clouds: {part} (accuracy, true-class confidence)")
             _print_rows(rows)
     if result.ml4ml is not None:
-        console.rule("ML4ML assessors (demo-sized zoo)")
+        console.rule(f"ML4ML assessors vs formula baselines ({result.ml4ml.n_models}-model study)")
         console.print(result.ml4ml.cv_table, highlight=False, soft_wrap=True)
-        for v in result.ml4ml.verdicts.values():
-            console.print(f"  {v['model']} (trained with {v['trained with']}): {v['verdict']}, "
+        console.rule("ML4ML verdicts on models outside the study")
+        for v in result.ml4ml.verdicts:
+            console.print(f"  {v['model']}, {v['invariance']} (trained with {v['trained with']}): {v['verdict']}, "
                           f"p(invariant) = {v['probability invariant']:.2f}")
     for key, path in result.files.items():
         console.print(f"  {key:34s} {path}")
@@ -414,7 +415,10 @@ def serve(
                              "to the network (a warning is logged)."),
     port: int = typer.Option(8050, "--port", min=1, max=65535, help="TCP port."),
 ) -> None:
-    """The interactive NERO interface in the browser, on the runs of a store (read-only)."""
+    """The interactive NERO interface in the browser, on the runs of a store.
+
+    The NERO interface at / only reads the store; the labelling view at /label/ records human
+    invariance labels in the store's model database, and nothing else is written."""
     from ..app import serve as serve_app
     from ..results.store import Store
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -24,6 +24,19 @@ if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
 zoo_app = typer.Typer(help="Model zoos and the model database for ML4ML assessors.", no_args_is_help=True)
 
 _LABEL_KEYS = {"i": "invariant", "b": "borderline", "n": "not-invariant"}
+StudyOption = typer.Option(None, "--study", help="Read the models from this study file (orbitscope zoo export) "
+                           "instead of the store's database; 'shipped' = the study shipped with orbitscope.")
+
+
+def _database(home: Path | None, study: Path | None) -> Any:
+    """The store's model database, or the study file ``study`` (``shipped``: the shipped one)."""
+    if study is not None:
+        from ..ml4ml.study import SHIPPED_STUDY, Study
+
+        return Study.load(SHIPPED_STUDY if str(study) == "shipped" else study)
+    from ..ml4ml.modeldb import ModelDatabase
+
+    return ModelDatabase(home, create=False)
 
 
 @zoo_app.command("train")
@@ -112,6 +125,31 @@ def zoo_show(
     console.print(f"matrix panel: {path}")
 
 
+@zoo_app.command("export")
+@friendly_errors
+def zoo_export(
+    output: Path = typer.Argument(..., help="Study file to write (.npz)."),
+    family: Optional[list[str]] = typer.Option(None, "--family", help="Only these families (repeatable)."),
+    home: Optional[Path] = HomeOption,
+) -> None:
+    """Write the database as one compact study file: features, matrices, correctness and labels
+    of every model and invariance, no weights (for 'zoo evaluate --study', or to share a study)."""
+    from ..ml4ml.modeldb import ModelDatabase
+    from ..ml4ml.study import Study, export_study
+
+    db = ModelDatabase(home, create=False)
+    t0 = time.perf_counter()
+    with Progress(TextColumn("[bold]export"), BarColumn(), MofNCompleteColumn(), TextColumn("models"),
+                  TimeElapsedColumn(), console=err_console) as bar:
+        task = bar.add_task("export", total=None)
+        path = export_study(db, output, families=family,
+                            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    st = Study.load(path)
+    fams = ", ".join(f"{k} ({v})" for k, v in st.families().items())
+    console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB): {len(st.models())} models in {fams}, "
+                  f"{len(st.labels())} labels, in {time.perf_counter() - t0:.1f} s")
+
+
 def _write_panel(db: ModelDatabase, m: ZooModel, output: Path | None) -> Path:
     from ..ml4ml.matrix_plots import save_panel
 
@@ -176,7 +214,7 @@ def _parse_labels(labels: str) -> tuple[str, str | None]:
     return source, (who or None)
 
 
-def _default_bundle_path(db: ModelDatabase, name: str, labels: str) -> Path:
+def _default_bundle_path(db: Any, name: str, labels: str) -> Path:
     return db.zoo_dir / "assessors" / f"{name}-{labels.replace(':', '-')}.joblib"
 
 
@@ -193,19 +231,19 @@ def zoo_evaluate(
     cnn: bool = typer.Option(True, "--cnn/--no-cnn", help="Include the CNN on matrix images."),
     seed: int = typer.Option(0, "--seed"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="CSV of the accuracies."),
+    study: Optional[Path] = StudyOption,
     home: Optional[Path] = HomeOption,
 ) -> None:
     """Cross-validate the assessors and the formula baselines with whole families held out."""
     from ..ml4ml.assess import feature_importances
     from ..ml4ml.assess.pipeline import assessment_data, compare_assessors, fit_assessor
-    from ..ml4ml.modeldb import ModelDatabase
 
     source, who = _parse_labels(labels)
+    db = _database(home, study)
     if invariance == "all":
-        _evaluate_all(ModelDatabase(home, create=False), source, who, borderline, repeats, folds, seed, cnn, output)
+        _evaluate_all(db, source, who, borderline, repeats, folds, seed, cnn, output)
         return
-    data = assessment_data(ModelDatabase(home, create=False), labels=source, labeller=who, borderline=borderline,
-                           invariance=invariance)
+    data = assessment_data(db, labels=source, labeller=who, borderline=borderline, invariance=invariance)
     fams = sorted(set(data.families.tolist()))
     console.print(f"{data.n_models} labelled models ({int(data.y.sum())} invariant) in {len(fams)} families: "
                   f"{', '.join(fams)}; labels: {data.label_source}")
@@ -236,7 +274,7 @@ def zoo_evaluate(
         console.print(f"wrote {write_csv(report.to_rows(), output)}")
 
 
-def _evaluate_all(db: "ModelDatabase", source: str, who: str | None, borderline: str, repeats: int, folds: int,
+def _evaluate_all(db: Any, source: str, who: str | None, borderline: str, repeats: int, folds: int,
                   seed: int, cnn: bool, output: Path | None) -> None:
     """``zoo evaluate --invariance all``: one cross-validation table per invariance."""
     from ..ml4ml.assess.pipeline import compare_invariances
@@ -274,21 +312,24 @@ def zoo_fit(
     borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Bundle file (default <home>/zoo/assessors/…)."),
     seed: int = typer.Option(0, "--seed"),
+    study: Optional[Path] = StudyOption,
     home: Optional[Path] = HomeOption,
 ) -> None:
     """Train an assessor on every labelled model and save it for `orbitscope assess`."""
     from ..ml4ml.assess.pipeline import assessment_data, fit_assessor
     from ..ml4ml.modeldb import ModelDatabase
 
-    db = ModelDatabase(home, create=False)
     source, who = _parse_labels(labels)
-    data = assessment_data(db, labels=source, labeller=who, borderline=borderline, invariance=invariance)
+    data = assessment_data(_database(home, study), labels=source, labeller=who, borderline=borderline,
+                           invariance=invariance)
     bundle = fit_assessor(data, assessor, seed=seed)
+    # the bundle goes to --output, else into the store (created for a study's first bundle)
+    db = ModelDatabase(home, create=study is not None) if output is None else None
     path = output or _default_bundle_path(db, assessor, labels)
     path.parent.mkdir(parents=True, exist_ok=True)
     bundle.save(path)
-    default = db.zoo_dir / "assessors" / "default.joblib"
-    if output is None:
+    default = db.zoo_dir / "assessors" / "default.joblib" if db is not None else None
+    if default is not None:
         bundle.save(default)
     console.print(f"trained {assessor} on {data.n_models} models ({data.label_source}); saved {path}"
                   + (f" and {default}" if output is None else ""))

@@ -137,13 +137,12 @@ def run_demo(
     status: Callable[[str], None] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     ml4ml: bool = True,
-    ml4ml_per_family: int = 12,
 ) -> DemoResult:
     """Run the demo; ``status`` receives one-line messages, ``progress`` engine progress.
 
     ``n_test`` images per dataset (a multiple of 10: ``n_test // 10`` per class). With ``ml4ml``
-    the ML4ML part runs too (:func:`orbitscope.demos.ml4ml.run_ml4ml_demo`, ``ml4ml_per_family``
-    models per family, outputs in ``<out_dir>/ml4ml``)."""
+    the ML4ML part runs too (:func:`orbitscope.demos.ml4ml.run_ml4ml_demo` on the shipped study,
+    outputs in ``<out_dir>/ml4ml``)."""
     if n_test % 10 or not 10 <= n_test <= 1000:
         raise ValueError(f"n_test must be a multiple of 10 in [10, 1000], got {n_test}")
     say = status or (lambda msg: None)
@@ -182,7 +181,7 @@ def run_demo(
         from .ml4ml import run_ml4ml_demo
 
         t0 = time.perf_counter()
-        result.ml4ml = run_ml4ml_demo(store.home, out / "ml4ml", per_family=ml4ml_per_family, status=say)
+        result.ml4ml = run_ml4ml_demo(store.home, out / "ml4ml", status=say)
         result.files.update(result.ml4ml.files)
         result.seconds["ml4ml"] = time.perf_counter() - t0
     return result

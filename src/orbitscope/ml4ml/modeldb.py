@@ -30,7 +30,7 @@ from typing import Any
 from .matrices import VarianceMatrices
 from ..results.store import Store, StoreError
 
-__all__ = ["LABELS", "LABEL_SOURCES", "PRIMARY_INVARIANCE", "ZooModel", "Label", "ModelDatabase"]
+__all__ = ["LABELS", "LABEL_SOURCES", "PRIMARY_INVARIANCE", "ZooModel", "Label", "ModelDatabase", "latest_label"]
 
 LABELS = ("invariant", "borderline", "not-invariant")
 LABEL_SOURCES = ("provenance", "human")
@@ -82,6 +82,15 @@ class Label:
     invariance: str = PRIMARY_INVARIANCE
 
 
+def latest_label(labels: Any, source: str = "provenance", labeller: str | None = None,
+                 invariance: str = PRIMARY_INVARIANCE) -> str | None:
+    """Of ``labels`` (:class:`Label` records), the one from ``source`` for ``invariance`` (by
+    ``labeller``, else the most recent one); None if there is none."""
+    hits = [lb for lb in labels if lb.source == source and lb.invariance == invariance
+            and (labeller is None or lb.labeller == labeller)]
+    return max(hits, key=lambda lb: lb.created).label if hits else None
+
+
 @dataclass(frozen=True)
 class ZooModel:
     """One model of the database.
@@ -129,9 +138,7 @@ class ZooModel:
               invariance: str = PRIMARY_INVARIANCE) -> str | None:
         """The label from ``source`` for ``invariance`` (a given labeller, else the most recent);
         None if absent."""
-        hits = [lb for lb in self.labels if lb.source == source and lb.invariance == invariance
-                and (labeller is None or lb.labeller == labeller)]
-        return max(hits, key=lambda lb: lb.created).label if hits else None
+        return latest_label(self.labels, source, labeller, invariance)
 
     def load_matrices(self, invariance: str = PRIMARY_INVARIANCE) -> VarianceMatrices:
         """Its variance matrices for ``invariance``."""
@@ -160,6 +167,11 @@ class ModelDatabase:
         with self.store.connection() as con:
             _migrate(con)
             con.executescript(_SCHEMA)
+
+    @property
+    def location(self) -> str:
+        """Where the database is (for messages): the store's directory."""
+        return str(self.store.home)
 
     @property
     def zoo_dir(self) -> Path:

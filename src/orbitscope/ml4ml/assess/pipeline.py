@@ -35,6 +35,8 @@ __all__ = [
     "POSITIVE",
     "canonical_matrices",
     "AssessmentData",
+    "AssessmentRecord",
+    "model_record",
     "assessment_data",
     "compare_assessors",
     "fit_assessor",
@@ -76,6 +78,43 @@ def _features(vm: VarianceMatrices) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, x, np.stack([mats[n] for n in CANONICAL_MATRICES])
 
 
+@dataclass(frozen=True)
+class AssessmentRecord:
+    """What the assessors and baselines read of one model for one invariance.
+
+    Attributes:
+        feature_names: the 80 feature names (:func:`orbitscope.ml4ml.assess.model_features`).
+        features: (80,) float64 feature values.
+        matrices: (5, n, n) ML4ML's five matrices (:data:`CANONICAL_MATRICES` order).
+        correct: (N, n) bool, every test image's correctness at every level.
+        identity: index of the identity level.
+        levels: (n,) the levels.
+    """
+
+    feature_names: list[str]
+    features: np.ndarray
+    matrices: np.ndarray
+    correct: np.ndarray
+    identity: int
+    levels: np.ndarray
+
+    @classmethod
+    def from_matrices(cls, vm: VarianceMatrices) -> "AssessmentRecord":
+        """The record of a model's variance matrices (features computed here)."""
+        names, x, img = _features(vm)
+        return cls(names, x, img, vm.correct, vm.identity, np.asarray(vm.levels))
+
+
+def model_record(model: Any, invariance: str) -> AssessmentRecord:
+    """The :class:`AssessmentRecord` of a database model for ``invariance``: computed from its
+    matrices file (a :class:`~orbitscope.ml4ml.modeldb.ZooModel`), or as stored (a
+    :class:`~orbitscope.ml4ml.study.StudyModel`, whose ``records`` hold them)."""
+    stored = getattr(model, "records", None)
+    if stored is not None:
+        return stored[invariance]
+    return AssessmentRecord.from_matrices(model.load_matrices(invariance))
+
+
 @dataclass
 class AssessmentData:
     """Labelled models ready for assessors (row i = model ``model_ids[i]``)."""
@@ -103,7 +142,8 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
     ``invariance`` (``rotation``, ``brightness`` or ``scale``: the models assessed for it).
 
     Args:
-        db: a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase`.
+        db: a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase`, or a
+            :class:`~orbitscope.ml4ml.study.Study` read from a study file.
         labels: ``"provenance"`` or ``"human"``.
         labeller: for human labels, whose (default: the most recent label of each model).
         borderline: what ``borderline`` labels become: ``"drop"`` (default), ``"invariant"`` or
@@ -125,20 +165,20 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
     if not rows:
         who = f" by {labeller}" if labeller else ""
         raise ValueError(f"no models with {labels} labels{who} for {invariance} in the model database at "
-                         f"{db.store.home}; build a zoo (orbitscope zoo train) or label models (orbitscope zoo label)")
+                         f"{db.location}; build a zoo (orbitscope zoo train) or label models (orbitscope zoo label)")
     ids, fams, labs, xs, imgs, cs = [], [], [], [], [], []
     names: list[str] = []
     identity, orbit = -1, None
     for m, label in rows:
-        vm = m.load_matrices(invariance)
-        names, x, img = _features(vm)
+        rec = model_record(m, invariance)
+        names = rec.feature_names
         ids.append(m.model_id)
         fams.append(m.family)
         labs.append(label)
-        xs.append(x)
-        imgs.append(img)
-        cs.append(vm.correct)
-        identity = vm.identity
+        xs.append(rec.features)
+        imgs.append(rec.matrices)
+        cs.append(rec.correct)
+        identity = rec.identity
         if invariance == "rotation":
             orbit = m.provenance.get("test_orbit")
         else:
