@@ -16,6 +16,7 @@ from orbitscope.ml4ml.assess.assessors import (
     AssessorBundle,
     MatrixCNNAssessor,
     accuracy_drop,
+    worst_level_accuracy,
     all_levels_correct_share,
     best_threshold,
     feature_importances,
@@ -169,6 +170,10 @@ def test_baseline_scores_by_hand():
     assert all_levels_correct_share(C_HAND) == 0.0  # every image misses some level
     assert all_levels_correct_share(C_HAND, window=1) == pytest.approx(3 / 4)  # only image 3 misses level 1
     assert all_levels_correct_share(C_HAND.astype(int), identity_index=1, window=1) == 0.0
+    # level accuracies 1/4, 3/4, 1, 1, 3/4
+    assert worst_level_accuracy(C_HAND) == pytest.approx(1 / 4)
+    assert worst_level_accuracy(C_HAND, window=1) == pytest.approx(3 / 4)  # levels 1..3
+    assert worst_level_accuracy(C_HAND, identity_index=1, window=1) == pytest.approx(1 / 4)  # levels 0..2
     with pytest.raises(ValueError, match="no centre level"):
         accuracy_drop(C_HAND[:, :4])
     with pytest.raises(ValueError, match="at most 2"):
@@ -357,7 +362,7 @@ def test_cv_mixes_features_images_and_correctness_estimators():
     report = cross_validate_by_family(X, y_c, families, make_estimators=makers, repeats=2,
                                       images=images, correctness=C)
     assert report.input_kinds == {"tree": "features", "cnn": "images", "accuracy_drop": "correctness",
-                                  "all_levels_correct": "correctness"}
+                                  "worst_level_accuracy": "correctness", "all_levels_correct": "correctness"}
     assert report.mean("accuracy_drop") >= 0.9
     table = report.table()
     for name in makers:

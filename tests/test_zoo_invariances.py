@@ -89,8 +89,8 @@ def test_cross_validation_per_invariance_from_the_api_and_the_cli(tmp_path) -> N
     for c in results:
         assert c.report is not None and c.data.n_models == 10, c.note
         assert c.report.n_families == 2 and "baseline:accuracy_drop" in c.report.names
-        if c.test is not None:
-            assert c.test.b.startswith("baseline:") and not c.test.a.startswith("baseline:")
+        assert c.test is not None, c.note
+        assert c.test.b.startswith("baseline:") and not c.test.a.startswith("baseline:") and c.test.splits == 4
     out = CliRunner().invoke(app, ["zoo", "evaluate", "--invariance", "all", "--repeats", "2", "--no-cnn",
                                    "--borderline", "invariant", "--home", str(tmp_path), "-o", str(tmp_path / "cv.csv")],
                              env={"COLUMNS": "160"})

@@ -250,10 +250,10 @@ def zoo_evaluate(
     t0 = time.perf_counter()
     report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=cnn)
     console.print(report.table(), highlight=False, soft_wrap=True)
-    from ..ml4ml.assess.assessors import BASELINES
+    from ..ml4ml.assess.pipeline import assessor_vs_baseline
 
     try:
-        test = report.best_against_best([n for n in report.names if n not in BASELINES], list(BASELINES))
+        test = assessor_vs_baseline(report)
     except ValueError as exc:  # fewer than two tested splits
         console.print(f"best assessor vs best baseline: no paired test ({exc}); use more repeats or families")
     else:

@@ -13,6 +13,7 @@ from .assessors import (
     INPUT_KINDS,
     AccuracyDropBaseline,
     AllLevelsCorrectBaseline,
+    WorstLevelAccuracyBaseline,
     AssessorBundle,
     MatrixCNNAssessor,
     accuracy_drop,
@@ -21,6 +22,7 @@ from .assessors import (
     feature_importances,
     input_kind,
     stack_matrices,
+    worst_level_accuracy,
 )
 from .features import FEATURE_NAMES, matrix_features, model_features, sensitivity
 from .validation import CVReport, cross_validate_by_family, family_folds
@@ -28,6 +30,6 @@ from .validation import CVReport, cross_validate_by_family, family_folds
 __all__ = [
     "FEATURE_NAMES", "matrix_features", "model_features", "sensitivity", "ASSESSORS", "BASELINES", "INPUT_KINDS",
     "input_kind", "MatrixCNNAssessor", "stack_matrices", "AccuracyDropBaseline", "AllLevelsCorrectBaseline",
-    "accuracy_drop", "all_levels_correct_share", "best_threshold", "feature_importances", "AssessorBundle",
+    "WorstLevelAccuracyBaseline", "worst_level_accuracy", "accuracy_drop", "all_levels_correct_share", "best_threshold", "feature_importances", "AssessorBundle",
     "cross_validate_by_family", "family_folds", "CVReport",
 ]

@@ -48,6 +48,8 @@ __all__ = [
     "INPUT_KINDS",
     "AccuracyDropBaseline",
     "AllLevelsCorrectBaseline",
+    "WorstLevelAccuracyBaseline",
+    "worst_level_accuracy",
     "AssessorBundle",
     "MatrixCNNAssessor",
     "accuracy_drop",
@@ -303,6 +305,14 @@ def all_levels_correct_share(C: Any, *, identity_index: int | None = None, windo
     return float(np.mean(np.all(C[:, levels], axis=1)))
 
 
+def worst_level_accuracy(C: Any, *, identity_index: int | None = None, window: int | None = None) -> float:
+    """The lowest accuracy over the levels (of identity ± ``window`` if given); higher = more
+    invariant. Arguments as :func:`accuracy_drop`."""
+    C = _check_correctness(C)
+    _, levels = _window(C.shape[1], identity_index, window)
+    return float(C.mean(axis=0)[levels].min())
+
+
 def best_threshold(scores: Any, y: Any) -> tuple[int, float, float]:
     """The one-dimensional threshold rule of highest training accuracy.
 
@@ -413,6 +423,18 @@ class AllLevelsCorrectBaseline(_ThresholdBaseline):
         self.window = window
 
 
+class WorstLevelAccuracyBaseline(_ThresholdBaseline):
+    """Formula baseline (c): threshold on :func:`worst_level_accuracy` (the accuracy at the
+    worst level; ML4ML's follow-up compares its assessors with a worst-case-accuracy rule).
+    Arguments as :class:`AccuracyDropBaseline`."""
+
+    _score_fn = staticmethod(worst_level_accuracy)
+
+    def __init__(self, identity_index: int | None = None, window: int | None = None) -> None:
+        self.identity_index = identity_index
+        self.window = window
+
+
 def _accuracy_drop_baseline(seed: int) -> AccuracyDropBaseline:
     return AccuracyDropBaseline()
 
@@ -421,8 +443,13 @@ def _all_levels_correct_baseline(seed: int) -> AllLevelsCorrectBaseline:
     return AllLevelsCorrectBaseline()
 
 
+def _worst_level_accuracy_baseline(seed: int) -> WorstLevelAccuracyBaseline:
+    return WorstLevelAccuracyBaseline()
+
+
 BASELINES: dict[str, Callable[[int], Any]] = {
     "accuracy_drop": _accuracy_drop_baseline,
+    "worst_level_accuracy": _worst_level_accuracy_baseline,
     "all_levels_correct": _all_levels_correct_baseline,
 }
 """Formula baselines (identity at the centre level): ``name -> factory(seed)``; seed unused."""

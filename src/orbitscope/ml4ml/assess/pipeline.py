@@ -31,6 +31,7 @@ __all__ = [
     "INVARIANCES",
     "InvarianceComparison",
     "compare_invariances",
+    "assessor_vs_baseline",
     "CANONICAL_MATRICES",
     "POSITIVE",
     "canonical_matrices",
@@ -212,6 +213,16 @@ def compare_assessors(data: AssessmentData, *, repeats: int = 10, folds: int = 3
                                     correctness=data.correctness)
 
 
+def assessor_vs_baseline(report: CVReport) -> Any:
+    """The paired test (:meth:`~orbitscope.ml4ml.assess.validation.CVReport.best_against_best`)
+    of the report's best assessor against its best formula baseline (``baseline:*``)."""
+    baselines = [n for n in report.names if n.startswith("baseline:")]
+    assessors = [n for n in report.names if n not in baselines]
+    if not baselines or not assessors:
+        raise ValueError(f"a paired test needs an assessor and a baseline; the report has {report.names}")
+    return report.best_against_best(assessors, baselines)
+
+
 #: The invariances a model database can hold (ML4ML's three tests).
 INVARIANCES = ("rotation", "brightness", "scale")
 
@@ -245,7 +256,7 @@ def compare_invariances(db: Any, invariances: Sequence[str] = INVARIANCES, *, la
             out.append(InvarianceComparison(inv, None, None, note=str(exc)))
             continue
         try:
-            test = report.best_against_best([n for n in report.names if n not in BASELINES], list(BASELINES))
+            test = assessor_vs_baseline(report)
         except ValueError as exc:  # fewer than two tested splits
             out.append(InvarianceComparison(inv, data, report, note=str(exc)))
             continue
