@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test venv datasets browser photos bench clean
+.PHONY: demo test venv datasets browser photos bench study clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,19 @@ test: $(STAMP) $(RAY_STAMP) datasets browser photos
 
 bench: $(STAMP) datasets
 	$(BIN)/python benchmarks/orbit_throughput.py
+
+# The ML4ML study shipped in the package: ML4ML's six families (three architectures x two
+# datasets, 26 members each, every member assessed for rotation, brightness and scale) trained
+# into $(STUDY_HOME) (resumable; about 45 min on 2 cores), then exported without weights.
+STUDY_HOME     ?= study-runs
+STUDY_MEMBERS  ?= 26
+STUDY_FAMILIES := mnist-small-3 fashion-small-3 mnist-vgg-3 fashion-vgg-3 mnist-resnet-3 fashion-resnet-3
+study: $(STAMP) datasets
+	for f in $(STUDY_FAMILIES); do \
+	  $(BIN)/orbitscope zoo train --family $$f --n $(STUDY_MEMBERS) --home $(STUDY_HOME) || exit 1; \
+	done
+	$(BIN)/orbitscope zoo export src/orbitscope/ml4ml/data/ml4ml_study.npz --home $(STUDY_HOME) \
+	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
 
 clean:
 	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache
