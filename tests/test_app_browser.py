@@ -71,6 +71,7 @@ def _point_boxes(pg: Any, graph: str, trace: int = 0) -> list[dict[str, float]]:
     they stop moving (plotly first draws at a default size, then fits its container)."""
     script = """([graph, trace]) => {
         const t = document.querySelectorAll(graph + ' .scatterlayer .trace')[trace];
+        if (!t) return null;  // not drawn yet: try again
         return Array.from(t.querySelectorAll('.points path.point')).map(p => {
             const b = p.getBoundingClientRect(); return {x: b.x + b.width / 2, y: b.y + b.height / 2}; });
     }"""

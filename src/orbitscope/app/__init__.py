@@ -3,7 +3,9 @@
 NERO's three levels, linked (Zhao et al., arXiv 2305.19889): aggregate NERO plots of the compared
 models → a dimension-reduction scatter per model with ranking sliders → the individual NERO plot
 of the selected sample → a detail view of the transformed input and the models' outputs, with
-live re-evaluation at any element. It only reads the store (see :mod:`.data`).
+live re-evaluation at any element. It only reads the store (see :mod:`.data`); the labelling
+view at ``/label/`` (:mod:`.labelling`) records human invariance labels in the store's model
+database, the interface's only write.
 
 Structure: :mod:`.state` (the selection and the pure functions that change it), :mod:`.data`
 (cached read-only store access), :mod:`.callbacks` (one plain function per interaction),

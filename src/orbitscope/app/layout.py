@@ -17,6 +17,7 @@ from dash import dcc, html
 from ..analysis.reduce import METHODS
 from .data import MAX_MODELS, AppData, AppError
 from .callbacks import N_LIVE
+from .labelling_logic import has_zoo_models
 
 __all__ = ["build_layout", "slot_id"]
 
@@ -107,6 +108,8 @@ def build_layout(data: AppData) -> html.Div:
     header = html.Div([
         html.Span("orbitscope", style={"fontWeight": "700", "fontSize": "20px"}),
         html.Span(f" · NERO interface · store {data.home}", style={"color": "#666"}),
+        *([html.A("label models →", id="label-link", href="/label/", style={"fontSize": "13px"})]
+          if has_zoo_models(data.store) else []),
         html.Div(problem or "", id=STATUS, style={"color": "#B00020", "marginLeft": "auto", "fontSize": "13px"}),
     ], style={"display": "flex", "alignItems": "baseline", "gap": "8px", "marginBottom": "6px"})
     aggregate = html.Div(dcc.Graph(id=AGGREGATE, config={"displaylogo": False}), style=_CARD)

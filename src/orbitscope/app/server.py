@@ -20,6 +20,7 @@ from dash import ALL, Input, Output, State, html, no_update
 from ..results.store import Store
 from . import callbacks as cb
 from .data import MAX_MODELS, AppData
+from .labelling import mount_labelling
 from .layout import (
     AGGREGATE, COLOUR, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC, MODELS, RANK_BY,
     SELECTION, STATUS, SUBSET, build_layout,
@@ -204,7 +205,8 @@ def _colour(i: int) -> str:
 
 
 def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | None = None) -> dash.Dash:
-    """The Dash app on the store at ``home`` (which must exist: it is never created).
+    """The Dash app on the store at ``home`` (which must exist: it is never created), with the
+    labelling view (:mod:`.labelling`) mounted at ``/label/`` on the same server.
 
     Raises:
         orbitscope.results.store.StoreError: no store at ``home``.
@@ -216,6 +218,7 @@ def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | No
     for kind in list_views():  # the views' own controls (e.g. the point-cloud view's free rotation)
         VIEWS.get(kind).register_callbacks(app, data)
     app.server.config["orbitscope_data"] = data
+    mount_labelling(app, data.home)  # /label/: records human labels in the store's model database
     _install_guards(app)
     return app
 
@@ -284,7 +287,7 @@ def bind_warning(host: str) -> str | None:
     else:
         where = host
     return (f"serving on {where}: anyone who can reach this machine can read every run in the store "
-            "(there is no authentication); bind 127.0.0.1 unless you mean it")
+            "and record labels in its model database (there is no authentication); bind 127.0.0.1 unless you mean it")
 
 
 def make_server(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050, *,
@@ -315,7 +318,11 @@ def make_server(app: dash.Dash, host: str = "127.0.0.1", port: int = 8050, *,
 
 def serve(home: str | os.PathLike[str] | None = None, *, host: str = "127.0.0.1", port: int = 8050,
           allowed_hosts: Iterable[str] | None | str = "auto") -> None:
-    """Serve the interface until interrupted (Ctrl-C); ``allowed_hosts`` as in :func:`make_server`."""
+    """Serve the interface until interrupted (Ctrl-C); ``allowed_hosts`` as in :func:`make_server`.
+
+    The NERO interface at ``/`` only reads the store. The labelling view at ``/label/`` records
+    human invariance labels (source ``"human"``) in the store's model database; nothing else
+    is written."""
     import torch
     from threadpoolctl import threadpool_limits
 
