@@ -142,3 +142,47 @@ def test_the_demo_on_the_shipped_study(shipped, tmp_path):
     for inv in INVARIANCES:
         assert (tmp_path / "out" / f"matrices_quick_{inv}.png").stat().st_size > 5000
     assert (tmp_path / "out" / "paired_tests.csv").read_text().count("\n") == 4
+
+
+def _synthetic_matrices(scale: float, seed: int = 0):
+    """Variance matrices of made-up signals (top-1 confidence and two layers' max / max-mean), the
+    activation signals multiplied by ``scale``."""
+    from orbitscope.ml4ml.matrices import VarianceMatrices, variance_matrix
+
+    rng = np.random.default_rng(seed)
+    names = ["top1_confidence", "conv2:max", "conv2:max-mean", "conv3:max", "conv3:max-mean"]
+    levels = np.linspace(-3, 3, 7)
+    sig = rng.uniform(0.5, 1.0, size=(5, 40, 7)) + 0.1 * np.abs(levels)
+    sig[1:] *= scale
+    return VarianceMatrices(names=names, levels=levels, level_dim="angle",
+                            matrices=np.stack([variance_matrix(s) for s in sig]), signals=sig,
+                            correct=np.ones((40, 7), bool), identity=3, split="correct", samples=np.arange(40))
+
+
+def test_relative_features_do_not_depend_on_the_activation_scale():
+    from orbitscope.ml4ml.assess.pipeline import RELATIVE, AssessmentRecord
+    from orbitscope.ml4ml.matrices import identity_scale
+
+    a, b = (AssessmentRecord.from_matrices(_synthetic_matrices(c)) for c in (1.0, 37.0))
+    np.testing.assert_allclose(a.relative_features, b.relative_features, rtol=1e-9)
+    assert not np.allclose(a.features, b.features)  # the raw activation features scale with it
+    # the relative "mean" is the raw mean over the signal's mean |value| at the identity
+    vm = _synthetic_matrices(5.0)
+    rec = AssessmentRecord.from_matrices(vm)
+    raw = rec.features[rec.feature_names.index("last:max/mean")]
+    rel = rec.relative_features[rec.relative_names.index(RELATIVE + "last:max/mean")]
+    assert rel == pytest.approx(raw / identity_scale(vm.signals[3], 3))
+    # confidence features are shared; "both" appends only the relative activation features
+    names, x = rec.feature_set("both")
+    assert len(names) == 80 + 64 == len(set(names)) == x.size
+    assert rec.feature_set("relative")[0][:16] == rec.feature_names[:16]
+    with pytest.raises(ValueError, match="features must be one of"):
+        rec.feature_set("normalised")
+
+
+def test_a_study_keeps_the_relative_features(db, study):
+    for features in ("relative", "both"):
+        a = assessment_data(db, invariance="brightness", features=features)
+        b = assessment_data(study, invariance="brightness", features=features)
+        assert a.feature_names == b.feature_names
+        np.testing.assert_array_equal(a.X, b.X)

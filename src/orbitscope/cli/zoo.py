@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
 zoo_app = typer.Typer(help="Model zoos and the model database for ML4ML assessors.", no_args_is_help=True)
 
 _LABEL_KEYS = {"i": "invariant", "b": "borderline", "n": "not-invariant"}
+FeaturesOption = typer.Option("raw", "--features", help="raw (ML4ML's 80 features), relative (activation "
+                              "matrices relative to the signal at the identity) or both.")
 StudyOption = typer.Option(None, "--study", help="Read the models from this study file (orbitscope zoo export) "
                            "instead of the store's database; 'shipped' = the study shipped with orbitscope.")
 
@@ -231,6 +233,7 @@ def zoo_evaluate(
     cnn: bool = typer.Option(True, "--cnn/--no-cnn", help="Include the CNN on matrix images."),
     seed: int = typer.Option(0, "--seed"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="CSV of the accuracies."),
+    features: str = FeaturesOption,
     study: Optional[Path] = StudyOption,
     home: Optional[Path] = HomeOption,
 ) -> None:
@@ -241,9 +244,10 @@ def zoo_evaluate(
     source, who = _parse_labels(labels)
     db = _database(home, study)
     if invariance == "all":
-        _evaluate_all(db, source, who, borderline, repeats, folds, seed, cnn, output)
+        _evaluate_all(db, source, who, borderline, repeats, folds, seed, cnn, output, features)
         return
-    data = assessment_data(db, labels=source, labeller=who, borderline=borderline, invariance=invariance)
+    data = assessment_data(db, labels=source, labeller=who, borderline=borderline, invariance=invariance,
+                           features=features)
     fams = sorted(set(data.families.tolist()))
     console.print(f"{data.n_models} labelled models ({int(data.y.sum())} invariant) in {len(fams)} families: "
                   f"{', '.join(fams)}; labels: {data.label_source}")
@@ -275,13 +279,13 @@ def zoo_evaluate(
 
 
 def _evaluate_all(db: Any, source: str, who: str | None, borderline: str, repeats: int, folds: int,
-                  seed: int, cnn: bool, output: Path | None) -> None:
+                  seed: int, cnn: bool, output: Path | None, features: str) -> None:
     """``zoo evaluate --invariance all``: one cross-validation table per invariance."""
     from ..ml4ml.assess.pipeline import compare_invariances
 
     rows = []
     for c in compare_invariances(db, labels=source, labeller=who, borderline=borderline, repeats=repeats,
-                                 folds=folds, seed=seed, include_cnn=cnn):
+                                 folds=folds, seed=seed, include_cnn=cnn, features=features):
         console.rule(c.invariance)
         if c.report is None:
             console.print(f"{c.invariance}: not assessed ({c.note})")
@@ -312,6 +316,7 @@ def zoo_fit(
     borderline: str = typer.Option("drop", "--borderline", help="drop, invariant or not-invariant."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Bundle file (default <home>/zoo/assessors/…)."),
     seed: int = typer.Option(0, "--seed"),
+    features: str = FeaturesOption,
     study: Optional[Path] = StudyOption,
     home: Optional[Path] = HomeOption,
 ) -> None:
@@ -321,7 +326,7 @@ def zoo_fit(
 
     source, who = _parse_labels(labels)
     data = assessment_data(_database(home, study), labels=source, labeller=who, borderline=borderline,
-                           invariance=invariance)
+                           invariance=invariance, features=features)
     bundle = fit_assessor(data, assessor, seed=seed)
     # the bundle goes to --output, else into the store (created for a study's first bundle)
     db = ModelDatabase(home, create=study is not None) if output is None else None

@@ -38,6 +38,7 @@ __all__ = [
     "read_signals",
     "variance_matrices",
     "identity_level",
+    "identity_scale",
 ]
 
 Split = Literal["correct", "incorrect", "all"]
@@ -60,6 +61,14 @@ def variance_matrix(signal: np.ndarray) -> np.ndarray:
         d = s[:, i + 1 :] - s[:, i : i + 1]
         m[i, i + 1 :] = np.sqrt(np.mean(d * d, axis=0))
     return m + m.T
+
+
+def identity_scale(signal: np.ndarray, identity: int) -> float:
+    """The mean absolute value of a signal (N, n) at the identity level: the reference that makes
+    an activation matrix relative (``M / identity_scale``; raw activations have model-dependent
+    scales). 0 when there are no images."""
+    s = np.asarray(signal, dtype=np.float64)
+    return float(np.mean(np.abs(s[:, identity]))) if s.shape[0] else 0.0
 
 
 def identity_level(result: OrbitResult) -> int:

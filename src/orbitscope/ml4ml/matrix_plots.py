@@ -8,7 +8,8 @@ models compare by eye:
 * confidences (``top1_confidence``, ``confidence``): raw RMS change, 0 … 0.15 (ML4ML's range);
 * activation statistics (``layer:stat``): RMS change *relative to the mean absolute value of the
   signal at the identity level* over the same images (raw activations have model-dependent
-  scales), 0 … :data:`ACTIVATION_VMAX`. Assessor features use the raw matrices.
+  scales), 0 … :data:`ACTIVATION_VMAX`. Assessors read features of the raw matrices, of these
+  relative ones, or of both (``assessment_data(..., features=)``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .matrices import VarianceMatrices
+from .matrices import VarianceMatrices, identity_scale
 
 __all__ = ["CONFIDENCE_VMAX", "ACTIVATION_VMAX", "display_matrix", "matrix_figure", "matrix_panel"]
 
@@ -33,7 +34,7 @@ def display_matrix(vm: VarianceMatrices, name: str) -> tuple[np.ndarray, float, 
     """The matrix as drawn (rows flipped), its colour-scale maximum and the colour-bar label."""
     m = vm[name]
     if ":" in name:
-        ref = float(np.mean(np.abs(vm.signals[vm.names.index(name)][:, vm.identity]))) if vm.n_images else 0.0
+        ref = identity_scale(vm.signals[vm.names.index(name)], vm.identity)
         m = m / ref if ref > 0 else np.zeros_like(m)
         return m[::-1, :], ACTIVATION_VMAX, "RMS change / mean |signal| at identity"
     return m[::-1, :], CONFIDENCE_VMAX, "RMS change of confidence"

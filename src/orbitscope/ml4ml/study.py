@@ -5,7 +5,7 @@ A study file (``.npz``, no pickles) holds, for every model of a
 :class:`~orbitscope.ml4ml.assess.pipeline.AssessmentRecord`: the 80 ML4ML features (computed
 from the full per-image signals when the file was written, float64), ML4ML's five variance
 matrices (float32, stored as their upper triangle: the matrices are symmetric with a zero
-diagonal), and every test image's correctness at every level (bits). Provenance, metrics and
+diagonal), the 80 features of the relative activation matrices, and every test image's correctness at every level (bits). Provenance, metrics and
 every label (provenance rule and human raters) come along. It does not hold weights or the
 per-image signals (a 1,000-image signal array is ~150 times the size of its matrix), so a study
 can be cross-validated, fitted and browsed, but its features cannot be recomputed.
@@ -128,7 +128,7 @@ class Study:
             if meta.get("format") != STUDY_FORMAT:
                 raise ValueError(f"{path} is a study file of format {meta.get('format')!r}; this orbitscope reads "
                                  f"format {STUDY_FORMAT}: regenerate it with 'orbitscope zoo export'")
-            names = list(meta["feature_names"])
+            names, rel_names = list(meta["feature_names"]), list(meta["relative_names"])
             models = []
             for i, row in enumerate(meta["models"]):
                 records = {}
@@ -138,7 +138,8 @@ class Study:
                     correct = np.unpackbits(f[f"{key}.correct"], count=info["n_images"] * n).reshape(-1, n)
                     records[inv] = AssessmentRecord(names, f[f"{key}.features"], _square(f[f"{key}.matrices"], n),
                                                     correct.astype(bool), int(info["identity"]),
-                                                    np.asarray(info["levels"], dtype=np.float64))
+                                                    np.asarray(info["levels"], dtype=np.float64), rel_names,
+                                                    f[f"{key}.relative"])
                 labels = tuple(Label(**lb) for lb in row["labels"])
                 models.append(StudyModel(row["model_id"], row["family"], int(row["member"]), row["provenance"],
                                          {inv: info["metrics"] for inv, info in row["records"].items()}, labels,
@@ -179,18 +180,19 @@ def export_study(db: Any, path: str | Path, *, families: Sequence[str] | None = 
         raise ValueError(f"no models to export in {db.location}"
                          + (f" for families {', '.join(families)}" if families else ""))
     arrays: dict[str, np.ndarray] = {}
-    rows, names = [], None
+    rows, names, rel_names = [], None, None
     for i, m in enumerate(models):
         records = {}
         for inv in m.invariances:
             rec = model_record(m, inv)
             if names is None:
-                names = rec.feature_names
-            elif rec.feature_names != names:
+                names, rel_names = rec.feature_names, rec.relative_names
+            elif rec.feature_names != names or rec.relative_names != rel_names:
                 raise ValueError(f"model {m.model_id} has other features than the first model; export one orbitscope "
                                  "version's database at a time")
             key = f"{i}.{inv}"
             arrays[f"{key}.features"] = np.asarray(rec.features, dtype=np.float64)
+            arrays[f"{key}.relative"] = np.asarray(rec.relative_features, dtype=np.float64)
             arrays[f"{key}.matrices"] = _triangle(np.asarray(rec.matrices))
             arrays[f"{key}.correct"] = np.packbits(np.asarray(rec.correct, dtype=bool).ravel())
             records[inv] = {"metrics": m.metrics_for(inv), "identity": rec.identity,
@@ -199,7 +201,7 @@ def export_study(db: Any, path: str | Path, *, families: Sequence[str] | None = 
                      "labels": [asdict(lb) for lb in m.labels], "records": records})
         if progress is not None:
             progress(i + 1, len(models))
-    meta = {"format": STUDY_FORMAT, "created": time.time(), "feature_names": names,
+    meta = {"format": STUDY_FORMAT, "created": time.time(), "feature_names": names, "relative_names": rel_names,
             "families": sorted({m.family for m in models}), "models": rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")

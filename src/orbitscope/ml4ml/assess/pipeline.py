@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..matrices import VarianceMatrices
+from ..matrices import VarianceMatrices, identity_scale
 from .assessors import ASSESSORS, BASELINES, AssessorBundle, MatrixCNNAssessor, feature_importances, input_kind
 from .features import model_features
 from .validation import CVReport, cross_validate_by_family
@@ -37,6 +37,8 @@ __all__ = [
     "canonical_matrices",
     "AssessmentData",
     "AssessmentRecord",
+    "FEATURE_SETS",
+    "RELATIVE",
     "model_record",
     "assessment_data",
     "compare_assessors",
@@ -79,6 +81,28 @@ def _features(vm: VarianceMatrices) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, x, np.stack([mats[n] for n in CANONICAL_MATRICES])
 
 
+#: Prefix of the relative activation matrices' feature names.
+RELATIVE = "rel:"
+#: Which features assessors read: ML4ML's 80 of the raw matrices, the 80 with the four
+#: activation matrices made relative to the signal's mean absolute value at the identity, or both.
+FEATURE_SETS = ("raw", "relative", "both")
+
+
+def _relative_features(vm: VarianceMatrices) -> tuple[list[str], np.ndarray]:
+    """The 80 features with each activation matrix and its signal divided by the signal's mean
+    absolute value at the identity (:func:`~orbitscope.ml4ml.matrices.identity_scale`): activation
+    scales differ between architectures, which held-out families then meet out of range. The
+    confidence matrix is unchanged (already on a common 0…1 scale); its features keep their names."""
+    mats, sigs = canonical_matrices(vm)
+    rel_m, rel_s = {}, {}
+    for name in CANONICAL_MATRICES:
+        key = name if ":" not in name else RELATIVE + name
+        ref = identity_scale(sigs[name], vm.identity) if ":" in name else 1.0
+        rel_m[key] = mats[name] / ref if ref > 0 else np.zeros_like(mats[name])
+        rel_s[key] = sigs[name] / ref if ref > 0 else np.zeros_like(sigs[name])
+    return model_features(rel_m, rel_s)
+
+
 @dataclass(frozen=True)
 class AssessmentRecord:
     """What the assessors and baselines read of one model for one invariance.
@@ -86,6 +110,8 @@ class AssessmentRecord:
     Attributes:
         feature_names: the 80 feature names (:func:`orbitscope.ml4ml.assess.model_features`).
         features: (80,) float64 feature values.
+        relative_names, relative_features: the same of the relative activation matrices
+            (:data:`FEATURE_SETS`; activation features named ``rel:<matrix>/<feature>``).
         matrices: (5, n, n) ML4ML's five matrices (:data:`CANONICAL_MATRICES` order).
         correct: (N, n) bool, every test image's correctness at every level.
         identity: index of the identity level.
@@ -98,12 +124,27 @@ class AssessmentRecord:
     correct: np.ndarray
     identity: int
     levels: np.ndarray
+    relative_names: list[str]
+    relative_features: np.ndarray
 
     @classmethod
     def from_matrices(cls, vm: VarianceMatrices) -> "AssessmentRecord":
         """The record of a model's variance matrices (features computed here)."""
         names, x, img = _features(vm)
-        return cls(names, x, img, vm.correct, vm.identity, np.asarray(vm.levels))
+        rel_names, rel = _relative_features(vm)
+        return cls(names, x, img, vm.correct, vm.identity, np.asarray(vm.levels), rel_names, rel)
+
+    def feature_set(self, which: str = "raw") -> tuple[list[str], np.ndarray]:
+        """``(names, values)`` of one of :data:`FEATURE_SETS`."""
+        if which == "raw":
+            return self.feature_names, self.features
+        if which == "relative":
+            return self.relative_names, self.relative_features
+        if which == "both":
+            extra = [i for i, n in enumerate(self.relative_names) if n.startswith(RELATIVE)]
+            return ([*self.feature_names, *(self.relative_names[i] for i in extra)],
+                    np.concatenate([self.features, self.relative_features[extra]]))
+        raise ValueError(f"features must be one of {FEATURE_SETS}, got {which!r}")
 
 
 def model_record(model: Any, invariance: str) -> AssessmentRecord:
@@ -124,7 +165,7 @@ class AssessmentData:
     families: np.ndarray
     labels: list[str]
     y: np.ndarray  # 1 = invariant, 0 = not invariant
-    X: np.ndarray  # (models, 80) features
+    X: np.ndarray  # (models, 80) features (160 for features="both")
     feature_names: list[str]
     images: np.ndarray  # (models, 5, n, n) matrices
     correctness: list[np.ndarray]  # per model (N, n) correctness of all test images
@@ -138,7 +179,7 @@ class AssessmentData:
 
 
 def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None = None,
-                    borderline: str = "drop", invariance: str = "rotation") -> AssessmentData:
+                    borderline: str = "drop", invariance: str = "rotation", features: str = "raw") -> AssessmentData:
     """Features, matrix images and labels of every model of ``db`` labelled by ``labels`` for
     ``invariance`` (``rotation``, ``brightness`` or ``scale``: the models assessed for it).
 
@@ -149,7 +190,10 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
         labeller: for human labels, whose (default: the most recent label of each model).
         borderline: what ``borderline`` labels become: ``"drop"`` (default), ``"invariant"`` or
             ``"not-invariant"``.
+        features: ``"raw"`` (ML4ML's 80), ``"relative"`` or ``"both"`` (:data:`FEATURE_SETS`).
     """
+    if features not in FEATURE_SETS:
+        raise ValueError(f"features must be one of {FEATURE_SETS}, got {features!r}")
     if borderline not in ("drop", "invariant", "not-invariant"):
         raise ValueError(f"borderline must be 'drop', 'invariant' or 'not-invariant', got {borderline!r}")
     if invariance not in ("rotation", "brightness", "scale"):
@@ -172,11 +216,11 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
     identity, orbit = -1, None
     for m, label in rows:
         rec = model_record(m, invariance)
-        names = rec.feature_names
+        names, x = rec.feature_set(features)
         ids.append(m.model_id)
         fams.append(m.family)
         labs.append(label)
-        xs.append(rec.features)
+        xs.append(x)
         imgs.append(rec.matrices)
         cs.append(rec.correct)
         identity = rec.identity
@@ -242,7 +286,7 @@ class InvarianceComparison:
 
 def compare_invariances(db: Any, invariances: Sequence[str] = INVARIANCES, *, labels: str = "provenance",
                         labeller: str | None = None, borderline: str = "drop", repeats: int = 10, folds: int = 3,
-                        seed: int = 0, include_cnn: bool = False) -> list[InvarianceComparison]:
+                        seed: int = 0, include_cnn: bool = False, features: str = "raw") -> list[InvarianceComparison]:
     """:func:`compare_assessors` for each invariance of ``db`` (the same folds design and seed),
     with the best assessor tested against the best baseline by the corrected resampled t-test
     (:meth:`~orbitscope.ml4ml.assess.validation.CVReport.best_against_best`). An invariance
@@ -250,7 +294,8 @@ def compare_invariances(db: Any, invariances: Sequence[str] = INVARIANCES, *, la
     out = []
     for inv in invariances:
         try:
-            data = assessment_data(db, labels=labels, labeller=labeller, borderline=borderline, invariance=inv)
+            data = assessment_data(db, labels=labels, labeller=labeller, borderline=borderline, invariance=inv,
+                                   features=features)
             report = compare_assessors(data, repeats=repeats, folds=folds, seed=seed, include_cnn=include_cnn)
         except ValueError as exc:
             out.append(InvarianceComparison(inv, None, None, note=str(exc)))
@@ -321,9 +366,12 @@ def assess_model(model: Any, bundle: AssessorBundle, data: Any, *, orbit: str | 
     if vm.n_images < 2:
         raise ValueError(f"only {vm.n_images} test images are classified correctly at the identity; the matrices "
                          "need more (use more test images, or this model is not usable as is)")
-    names, x, img = _features(vm)
+    rec = AssessmentRecord.from_matrices(vm)
+    img = rec.matrices
     if bundle.input_kind == "features":
-        if names != bundle.feature_names:
+        names, x = next(((n, v) for n, v in (rec.feature_set(k) for k in FEATURE_SETS) if n == bundle.feature_names),
+                        (None, None))
+        if names is None or x is None:
             raise ValueError("the assessor was trained on different features; retrain it with this orbitscope")
         proba = bundle.predict_proba(x[None, :])[0]
         stats = bundle.feature_stats
