@@ -39,7 +39,7 @@ __all__ = ["STUDY_FORMAT", "SHIPPED_STUDY", "StudyModel", "Study", "export_study
 
 #: Version of the study file layout.
 STUDY_FORMAT = 1
-#: The study of ≥ 150 models shipped with orbitscope (``make study`` regenerates it).
+#: The study shipped with orbitscope: 208 models of eight families (``make study`` regenerates it).
 SHIPPED_STUDY = Path(__file__).with_name("data") / "ml4ml_study.npz"
 
 

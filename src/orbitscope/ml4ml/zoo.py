@@ -164,10 +164,10 @@ FAMILIES: dict[str, Family] = {
     "fashion-resnet": Family("fashion-resnet", "fashion-mnist", _RESNET, 0.6,
                              "residual 8-16-32 on 4,000 Fashion-MNIST images", n_train=4000),
 }
-#: ML4ML's scope: three architectures × two datasets, each member assessed for rotation,
-#: brightness and scale on 1,000 test images (100 per class), with the database anomalies.
+#: ML4ML's scope: three architectures (and the wider SmallCNN) × two datasets, each member assessed
+#: for rotation, brightness and scale on 1,000 test images (100 per class), with the anomalies.
 _THREE = ("rotation", "brightness", "scale")
-for _arch_name, _arch in (("small", _SMALL), ("vgg", _VGG), ("resnet", _RESNET)):
+for _arch_name, _arch in (("small", _SMALL), ("vgg", _VGG), ("resnet", _RESNET), ("wide", _WIDE)):
     for _data, _floor, _n in (("mnist-subset", 0.80, None), ("fashion-mnist", 0.6, 4000)):
         _name = f"{'mnist' if _data == 'mnist-subset' else 'fashion'}-{_arch_name}-3"
         FAMILIES[_name] = Family(_name, _data, _arch, _floor, f"{_arch['arch']} on {_data}, assessed for rotation, "
