@@ -142,6 +142,7 @@ def test_the_demo_on_the_shipped_study(shipped, tmp_path):
     for inv in INVARIANCES:
         assert (tmp_path / "out" / f"matrices_quick_{inv}.png").stat().st_size > 5000
     assert (tmp_path / "out" / "paired_tests.csv").read_text().count("\n") == 4
+    assert {r["invariance"] for r in res.importances} == set(INVARIANCES)
 
 
 def _synthetic_matrices(scale: float, seed: int = 0):

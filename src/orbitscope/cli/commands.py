@@ -391,6 +391,10 @@ def demo(
     if result.ml4ml is not None:
         console.rule(f"ML4ML assessors vs formula baselines ({result.ml4ml.n_models}-model study)")
         console.print(result.ml4ml.cv_table, highlight=False, soft_wrap=True)
+        for inv in dict.fromkeys(r["invariance"] for r in result.ml4ml.importances):
+            top = [r for r in result.ml4ml.importances if r["invariance"] == inv][:5]
+            console.print(f"random forest for {inv}, top features: "
+                          + ", ".join(f"{r['feature']} {r['importance']:.3f}" for r in top))
         console.rule("ML4ML verdicts on models outside the study")
         for v in result.ml4ml.verdicts:
             console.print(f"  {v['model']}, {v['invariance']} (trained with {v['trained with']}): {v['verdict']}, "

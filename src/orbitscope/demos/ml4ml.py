@@ -49,7 +49,8 @@ JUDGED_FAMILY = "mnist-small-3"
 class ML4MLDemo:
     """What the ML4ML demo produced: ``cv_rows`` (invariance, assessor, accuracies), ``tests``
     (per invariance the paired test of the best assessor against the best baseline), ``verdicts``
-    (one row per judged model and invariance) and the text of the tables."""
+    (one row per judged model and invariance), the random forests' top ``importances`` (invariance,
+    feature, importance) and the text of the tables."""
 
     n_models: int
     cv_rows: list[dict[str, Any]]
@@ -57,6 +58,7 @@ class ML4MLDemo:
     tests: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
     cv_table: str = ""
+    importances: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_ml4ml_demo(home: str | Path, out_dir: str | Path, *, study: str | Path | None = SHIPPED_STUDY,
@@ -99,7 +101,7 @@ def run_ml4ml_demo(home: str | Path, out_dir: str | Path, *, study: str | Path |
         files["ml4ml paired tests"] = write_csv(tests, out / "paired_tests.csv")
     verdicts = _judge(store, bundles, judged or JUDGED, judged_family, out, files, say)
     files["ml4ml verdicts"] = write_csv(verdicts, out / "verdicts.csv")
-    return ML4MLDemo(n_models, cv_rows, verdicts, tests, files, "\n\n".join(texts))
+    return ML4MLDemo(n_models, cv_rows, verdicts, tests, files, "\n\n".join(texts), importances)
 
 
 def _source(store: Any, study: str | Path | None, families: tuple[str | Family, ...], per_family: int,
