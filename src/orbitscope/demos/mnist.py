@@ -158,6 +158,10 @@ def run_demo(
             result.skipped[case.name] = str(exc)
             say(f"skipping {case.name}: {exc}")
     recipes = [r for case, _ in available for r in case.models.values() if isinstance(r, TrainRecipe)]
+    if ml4ml:  # the models the ML4ML part judges train with the others, two at a time
+        from .ml4ml import JUDGED
+
+        recipes += list(JUDGED.values())
     result.seconds["training"] = _train_missing(recipes, cache, say)
     orbit = Rotation(np.arange(0.0, 360.0 + step / 2, step))
     for case, data in available:
