@@ -35,7 +35,7 @@ def test_members_draw_each_invariance_independently_and_balanced() -> None:
     assert sum(counts.values()) < 40  # the exception: 25 expected (5 kinds × 60 members / 12)
     # the rotation-only families are as before: no per-invariance fields in their provenance
     assert "relations" not in zoo.provenance(zoo.FAMILIES["mnist-small"], zoo.member_recipe("mnist-small", 0))
-    assert len([f for f in zoo.FAMILIES.values() if f.invariances == fam.invariances]) == 6
+    assert len([f for f in zoo.FAMILIES.values() if f.invariances == fam.invariances]) == 8  # 4 archs × 2 datasets
 
 
 def test_a_three_invariance_member_records_matrices_and_labels_per_invariance(tmp_path) -> None:
