@@ -70,7 +70,7 @@ bench: $(STAMP) datasets
 
 # The ML4ML study shipped in the package: eight families (SmallCNN, a wider SmallCNN, VGG-BN and
 # a small ResNet x MNIST subset and Fashion-MNIST, 26 members each, every member assessed for
-# rotation, brightness and scale) trained into $(STUDY_HOME) (resumable; about an hour on 2
+# rotation, brightness and scale) trained into $(STUDY_HOME) (resumable; about 70 min on 2
 # cores), then exported without weights.
 STUDY_HOME     ?= study-runs
 STUDY_MEMBERS  ?= 26

@@ -68,7 +68,8 @@ def _layout(home: Path) -> html.Div:
     controls = html.Div([
         html.Div([html.Label("your name (stored with each label)", htmlFor=RATER, style=_FIELD),
                   dcc.Input(id=RATER, type="text", value="", maxLength=MAX_RATER_LENGTH, placeholder="rater name",
-                            persistence=True, persistence_type="local", style={"width": "220px"})]),
+                            persistence=True, persistence_type="local", debounce=True,
+                            style={"width": "220px"})]),
         html.Div([html.Label("invariance", style=_FIELD),
                   dcc.Dropdown(id=INVARIANCE, options=[{"label": o, "value": o} for o in options],
                                value=options[0] if options else None, clearable=False, style={"width": "200px"})]),

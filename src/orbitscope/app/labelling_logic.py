@@ -1,8 +1,8 @@
 """What the labelling view (``/label/``, :mod:`orbitscope.app.labelling`) computes, as plain
 functions on a :class:`~orbitscope.ml4ml.modeldb.ModelDatabase` (no Dash).
 
-A rater labels one model at a time for one invariance, blind: before they have labelled a model
-they see only its id and its variance matrices, never its provenance, provenance label or
+A rater labels one model at a time for one invariance, blind: they see only its id and its
+variance matrices (and, going back, their own label), never its provenance, provenance label or
 accuracy. Every value that comes from the browser (rater name, invariance, model id) is checked
 here against fixed rules or the database; a bad one raises :class:`LabellingError`, whose
 message the page shows. The only write is :meth:`ModelDatabase.set_label` with source
@@ -179,8 +179,8 @@ class Screen:
         model_id: the model shown (None: none, e.g. every model is labelled or no rater yet).
         progress: ``"k of N labelled by <rater> for <invariance>"`` (empty without a rater).
         status: a message for the status line (empty when there is nothing to say).
-        revealed: the rater's own label and the provenance label of the shown model, only when
-            the rater has already labelled it (empty otherwise: labelling is blind).
+        revealed: the rater's own label of the shown model when they have labelled it (never the
+            provenance label: labelling is blind).
         error: whether ``status`` reports a refused request.
     """
 
@@ -200,8 +200,9 @@ def _screen(db: ModelDatabase, rater: str, invariance: str, model_id: str | None
         model = check_model(db, model_id, invariance)
         mine = model.label("human", rater, invariance=invariance)
         if mine is not None:
-            revealed = (f"your label: {mine} · provenance label: "
-                        f"{model.label('provenance', invariance=invariance) or 'none'}")
+            # never the provenance label: seen per model, it would pull relabels toward the rule
+            # and inflate the agreement with it that the view reports
+            revealed = f"your label: {mine}"
     if model_id is None:
         done = f"all labelled: every model has your label for {invariance} (Previous revisits them)"
         status = f"{status} · {done}" if status else done

@@ -320,7 +320,7 @@ def demo(
     ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also run ML4ML's assessors on the shipped model study."),
 ) -> None:
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
-    ML4ML assessors against formula baselines on the shipped 150-model study; NERO's detection case study (our detector at 0 % vs 100 % jitter over
+    ML4ML assessors against formula baselines on the shipped 208-model study; NERO's detection case study (our detector at 0 % vs 100 % jitter over
     window shifts, OpenCV's detectors on real photos); NERO's PIV case study (Farneback vs learned flow CNNs
     over D4 x time reversal, and real pairs label-free); NERO's point-cloud case study (PointNet and DGCNN,
     plain vs rotation-augmented, and invariant references, over NERO's SO(3) sample and a uniform grid).

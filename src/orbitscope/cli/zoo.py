@@ -324,12 +324,14 @@ def zoo_fit(
     from ..ml4ml.assess.pipeline import assessment_data, fit_assessor
     from ..ml4ml.modeldb import ModelDatabase
 
+    if study is not None and output is None:
+        raise ValueError("with --study, pass -o FILE for the assessor bundle (the store's default bundle is "
+                         "the one its own database trained)")
     source, who = _parse_labels(labels)
     data = assessment_data(_database(home, study), labels=source, labeller=who, borderline=borderline,
                            invariance=invariance, features=features)
     bundle = fit_assessor(data, assessor, seed=seed)
-    # the bundle goes to --output, else into the store (created for a study's first bundle)
-    db = ModelDatabase(home, create=study is not None) if output is None else None
+    db = ModelDatabase(home, create=False) if output is None else None
     path = output or _default_bundle_path(db, assessor, labels)
     path.parent.mkdir(parents=True, exist_ok=True)
     bundle.save(path)

@@ -165,7 +165,7 @@ class AssessmentData:
     families: np.ndarray
     labels: list[str]
     y: np.ndarray  # 1 = invariant, 0 = not invariant
-    X: np.ndarray  # (models, 80) features (160 for features="both")
+    X: np.ndarray  # (models, 80) features (144 for features="both")
     feature_names: list[str]
     images: np.ndarray  # (models, 5, n, n) matrices
     correctness: list[np.ndarray]  # per model (N, n) correctness of all test images
