@@ -23,7 +23,7 @@ from typing import Any
 
 from ..ml4ml.agreement import rater_agreement
 from ..ml4ml.matrix_plots import matrix_panel
-from ..ml4ml.modeldb import LABELS, PRIMARY_INVARIANCE, ModelDatabase, ZooModel
+from ..ml4ml.modeldb import LABELS, ModelDatabase, ZooModel, invariance_order
 from ..results.store import Store, StoreError
 
 __all__ = [
@@ -68,8 +68,7 @@ def open_database(home: str | Path) -> ModelDatabase | None:
 
 def invariances(db: ModelDatabase) -> list[str]:
     """The invariances some model of ``db`` was assessed for, rotation first, then by name."""
-    found = {inv for m in db.models() for inv in m.invariances}
-    return sorted(found, key=lambda inv: (inv != PRIMARY_INVARIANCE, inv))
+    return invariance_order(inv for m in db.models() for inv in m.invariances)
 
 
 def models_for(db: ModelDatabase, invariance: str) -> list[ZooModel]:
@@ -289,7 +288,7 @@ def agreement_summary(db: ModelDatabase, invariance: str) -> AgreementSummary:
 
 # --------------------------------------------------------------------------- the panel
 
-_PANELS: OrderedDict[tuple[str, str, float, str], str] = OrderedDict()
+_PANELS: OrderedDict[tuple[str, str, float], str] = OrderedDict()
 _PANELS_LOCK = threading.Lock()
 _PANELS_MAX = 32
 
@@ -297,8 +296,7 @@ _PANELS_MAX = 32
 def panel_uri(model: ZooModel, invariance: str, dpi: int = 80) -> str:
     """The model's matrix panel for ``invariance`` (:func:`matrix_panel`, titled with its id
     only) as a PNG data URI; the last few are cached."""
-    path = model.matrices if invariance == PRIMARY_INVARIANCE else model.extra[invariance]["matrices"]
-    key = (model.model_id, invariance, model.created, str(path))
+    key = (model.model_id, invariance, model.created)  # a rebuilt model is recorded anew
     with _PANELS_LOCK:
         if key in _PANELS:
             _PANELS.move_to_end(key)

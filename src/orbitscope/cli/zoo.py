@@ -261,9 +261,7 @@ def zoo_evaluate(
     except ValueError as exc:  # fewer than two tested splits
         console.print(f"best assessor vs best baseline: no paired test ({exc}); use more repeats or families")
     else:
-        console.print(f"best assessor {test.a} vs best baseline {test.b}: {100 * test.difference:+.1f} points over "
-                      f"{test.splits} splits, corrected resampled t-test t = {test.t:.2f} (df {test.df}), p = "
-                      f"{test.p_value:.3f} (the plain paired t-test, too liberal here: p = {test.naive_p_value:.3f})")
+        console.print(test.sentence(naive=True))
     console.print(f"(cross-validation took {time.perf_counter() - t0:.1f} s)")
     forest = fit_assessor(data, "random_forest", seed=seed)
     table = Table(title="random forest on all models: top feature importances")
@@ -291,13 +289,7 @@ def _evaluate_all(db: Any, source: str, who: str | None, borderline: str, repeat
             console.print(f"{c.invariance}: not assessed ({c.note})")
             continue
         console.print(c.report.table(), highlight=False, soft_wrap=True)
-        t = c.test
-        if t is None:
-            console.print(f"best assessor vs best baseline: no paired test ({c.note})")
-        else:
-            console.print(f"best assessor {t.a} vs best baseline {t.b}: {100 * t.difference:+.1f} points over "
-                          f"{t.splits} splits, corrected resampled t-test t = {t.t:.2f} (df {t.df}), p = "
-                          f"{t.p_value:.3f}")
+        console.print(c.test_line())
         rows += [{"invariance": c.invariance, **row} for row in c.report.to_rows()]
     if output is not None and rows:
         from ..results.tables import write_csv

@@ -86,7 +86,7 @@ def run_ml4ml_demo(home: str | Path, out_dir: str | Path, *, study: str | Path |
             f"family-held-out cross-validation × {repeats}")
         cv_rows += [{"invariance": c.invariance, **row} for row in c.report.to_rows()]
         texts.append(f"{c.invariance} ({c.data.n_models} labelled models in {len(set(c.data.families.tolist()))} "
-                     f"families)\n{c.report.table()}\n{_test_line(c)}")
+                     f"families)\n{c.report.table()}\n{c.test_line()}")
         if c.test is not None:
             t = c.test
             tests.append({"invariance": c.invariance, "best assessor": t.a, "best baseline": t.b,
@@ -124,14 +124,6 @@ def _source(store: Any, study: str | Path | None, families: tuple[str | Family, 
         say(f"model zoo: {fam.name}: {len(report.built)} built, {len(report.skipped)} already there "
             f"({report.seconds:.0f} s)")
     return db
-
-
-def _test_line(c: Any) -> str:
-    t = c.test
-    if t is None:
-        return f"best assessor vs best baseline: no paired test ({c.note})"
-    return (f"best assessor {t.a} vs best baseline {t.b}: {100 * t.difference:+.1f} points over {t.splits} splits, "
-            f"corrected resampled t-test t = {t.t:.2f} (df {t.df}), p = {t.p_value:.3f}")
 
 
 def _judge(store: Any, bundles: dict[str, Any], judged: dict[str, TrainRecipe], family: str | Family, out: Path,

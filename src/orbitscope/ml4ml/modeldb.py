@@ -30,7 +30,7 @@ from typing import Any
 from .matrices import VarianceMatrices
 from ..results.store import Store, StoreError
 
-__all__ = ["LABELS", "LABEL_SOURCES", "PRIMARY_INVARIANCE", "ZooModel", "Label", "ModelDatabase", "latest_label"]
+__all__ = ["LABELS", "LABEL_SOURCES", "PRIMARY_INVARIANCE", "ZooModel", "Label", "ModelDatabase", "latest_label", "invariance_order"]
 
 LABELS = ("invariant", "borderline", "not-invariant")
 LABEL_SOURCES = ("provenance", "human")
@@ -80,6 +80,11 @@ class Label:
     note: str = ""
     created: float = 0.0
     invariance: str = PRIMARY_INVARIANCE
+
+
+def invariance_order(invariances: Any) -> list[str]:
+    """``invariances`` in the order listings use: :data:`PRIMARY_INVARIANCE` first, then by name."""
+    return sorted(set(invariances), key=lambda inv: (inv != PRIMARY_INVARIANCE, inv))
 
 
 def latest_label(labels: Any, source: str = "provenance", labeller: str | None = None,

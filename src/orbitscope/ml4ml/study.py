@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .assess.pipeline import AssessmentRecord
-from .modeldb import PRIMARY_INVARIANCE, Label, latest_label
+from .modeldb import PRIMARY_INVARIANCE, Label, invariance_order, latest_label
 
 __all__ = ["STUDY_FORMAT", "SHIPPED_STUDY", "StudyModel", "Study", "export_study"]
 
@@ -66,7 +66,7 @@ class StudyModel:
     @property
     def invariances(self) -> list[str]:
         """The invariances it was assessed for, rotation first."""
-        return sorted(self.records, key=lambda inv: (inv != PRIMARY_INVARIANCE, inv))
+        return invariance_order(self.records)
 
     def label(self, source: str = "provenance", labeller: str | None = None,
               invariance: str = PRIMARY_INVARIANCE) -> str | None:

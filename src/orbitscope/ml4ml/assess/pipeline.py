@@ -196,7 +196,7 @@ def assessment_data(db: Any, *, labels: str = "provenance", labeller: str | None
         raise ValueError(f"features must be one of {FEATURE_SETS}, got {features!r}")
     if borderline not in ("drop", "invariant", "not-invariant"):
         raise ValueError(f"borderline must be 'drop', 'invariant' or 'not-invariant', got {borderline!r}")
-    if invariance not in ("rotation", "brightness", "scale"):
+    if invariance not in INVARIANCES:
         raise ValueError(f"invariance must be 'rotation', 'brightness' or 'scale', got {invariance!r}")
     rows = []
     for m in db.models():
@@ -282,6 +282,13 @@ class InvarianceComparison:
     report: CVReport | None
     test: Any = None
     note: str = ""
+
+    def test_line(self) -> str:
+        """The paired test in one line (:meth:`~orbitscope.ml4ml.assess.validation.PairedTest.sentence`),
+        or why there is none."""
+        if self.test is None:
+            return f"best assessor vs best baseline: no paired test ({self.note})"
+        return self.test.sentence()
 
 
 def compare_invariances(db: Any, invariances: Sequence[str] = INVARIANCES, *, labels: str = "provenance",

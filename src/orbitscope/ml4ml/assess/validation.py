@@ -240,6 +240,14 @@ class PairedTest:
     splits: int
     test_fraction: float
 
+    def sentence(self, *, naive: bool = False) -> str:
+        """One line for reports: "best assessor A vs best baseline B: +x points over k splits,
+        corrected resampled t-test …" (with the plain test's p for comparison when ``naive``)."""
+        line = (f"best assessor {self.a} vs best baseline {self.b}: {100 * self.difference:+.1f} points over "
+                f"{self.splits} splits, corrected resampled t-test t = {self.t:.2f} (df {self.df}), p = "
+                f"{self.p_value:.3f}")
+        return line + (f" (the plain paired t-test, too liberal here: p = {self.naive_p_value:.3f})" if naive else "")
+
 
 def corrected_resampled_ttest(differences: Sequence[float], test_fraction: float) -> tuple[float, int, float]:
     """Nadeau & Bengio's corrected resampled t-test (Machine Learning 52, 2003) of a mean
