@@ -1,0 +1,253 @@
+"""A test of invariance over a whole orbit, with an effect size.
+
+H0: the metric's mean is the same at every orbit element. On the samples with a value at every
+element (complete blocks; rows with NaN are left out and counted):
+
+* binary metrics (``correct``): **Cochran's Q** (Cochran 1950, "The comparison of percentages
+  in matched samples", Biometrika 37), Q = (K − 1)(K Σ_j C_j² − N²) / (K N − Σ_i R_i²) with
+  column totals C_j, row totals R_i and N = Σ C_j, referred to χ²(K − 1);
+* real metrics: the **Friedman test** on within-sample ranks (Friedman 1937, JASA 32), with the
+  tie correction, referred to χ²(K − 1); or, with ``method="permutation"``, a permutation test
+  of Σ_k (m_k − m̄)² that permutes each sample's values across elements (exact under
+  exchangeability, p = (1 + #{T* ≥ T}) / (1 + B)).
+
+The effect size is the **largest drop from the identity**: d_k = q_identity − q_k per sample
+(q: the metric oriented so that higher is better), its mean per element with a simultaneous
+band (:func:`~orbitscope.stats.bands.difference_band`), and the largest mean drop with the
+interval [max_k lower_k, max_k upper_k], which holds whenever the band does. Orbits without the
+identity (e.g. a near-uniform SO(3) grid) take the best element as the reference and say so
+(the interval is then optimistic, since the reference was picked from the data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from .bands import DEFAULT_RESAMPLES, Band, difference_band
+from .values import OrbitValues, element_noun, orbit_values
+
+__all__ = ["InvarianceTest", "Drops", "cochrans_q", "friedman", "permutation_invariance", "orbit_drops",
+           "invariance_test", "invariance_test_values", "format_p"]
+
+
+def format_p(p: float) -> str:
+    """A p-value for a sentence: ``p = 0.031``, ``p < 1e-16``."""
+    if not np.isfinite(p):
+        return "p = n/a"
+    if p < 1e-16:
+        return "p < 1e-16"
+    return f"p = {p:.3g}" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _complete(values: np.ndarray) -> np.ndarray:
+    return values[~np.isnan(values).any(axis=1)]
+
+
+def cochrans_q(values: np.ndarray) -> tuple[float, int, float]:
+    """Cochran's Q of a 0/1 matrix (rows: samples, columns: elements): ``(Q, df, p)``. Rows
+    with NaN are left out; a matrix in which every row is constant gives Q = 0, p = 1."""
+    x = _complete(np.asarray(values, dtype=np.float64))
+    n, k = x.shape
+    if k < 2:
+        raise ValueError("a test of invariance needs at least two orbit elements")
+    rows, cols = x.sum(1), x.sum(0)
+    total = cols.sum()
+    denom = k * total - np.sum(rows ** 2)
+    if denom <= 0:
+        return 0.0, k - 1, 1.0
+    q = (k - 1) * (k * np.sum(cols ** 2) - total ** 2) / denom
+    return float(q), k - 1, float(stats.chi2.sf(q, k - 1))
+
+
+def friedman(values: np.ndarray) -> tuple[float, int, float]:
+    """The Friedman statistic of a real matrix (rows: blocks/samples, columns: elements), with
+    the tie correction: ``(χ²_F, df, p)``; rows with NaN are left out."""
+    x = _complete(np.asarray(values, dtype=np.float64))
+    n, k = x.shape
+    if k < 2:
+        raise ValueError("a test of invariance needs at least two orbit elements")
+    if n == 0:
+        return float("nan"), k - 1, float("nan")
+    ranks = stats.rankdata(x, axis=1)
+    rsum = ranks.sum(0)
+    chi2 = 12.0 / (n * k * (k + 1)) * np.sum(rsum ** 2) - 3.0 * n * (k + 1)
+    ties = 0.0
+    for row in x:  # tie correction 1 − Σ(t³ − t) / (n k (k² − 1))
+        _, counts = np.unique(row, return_counts=True)
+        ties += float(np.sum(counts ** 3 - counts))
+    corr = 1.0 - ties / (n * k * (k * k - 1))
+    if corr <= 0:  # every row constant
+        return 0.0, k - 1, 1.0
+    chi2 /= corr
+    return float(chi2), k - 1, float(stats.chi2.sf(chi2, k - 1))
+
+
+def permutation_invariance(values: np.ndarray, *, permutations: int = 2000, seed: int = 0) -> tuple[float, int, float]:
+    """Permutation test of equal column means, T = Σ_k (m_k − m̄)², permuting within rows:
+    ``(T, permutations, p)``; rows with NaN are left out."""
+    x = _complete(np.asarray(values, dtype=np.float64))
+    if x.shape[1] < 2:
+        raise ValueError("a test of invariance needs at least two orbit elements")
+
+    def stat(m: np.ndarray) -> float:
+        col = m.mean(0)
+        return float(np.sum((col - col.mean()) ** 2))
+
+    t = stat(x)
+    rng = np.random.default_rng(seed)
+    exceed = sum(stat(rng.permuted(x, axis=1)) >= t - 1e-12 for _ in range(permutations))
+    return t, permutations, (1 + exceed) / (1 + permutations)
+
+
+@dataclass(frozen=True)
+class Drops:
+    """Per-element drop from the reference element, with a simultaneous band (flat vectors in
+    the metric's units, positive = worse than the reference)."""
+
+    band: Band
+    reference: int
+    reference_is_identity: bool
+    values: OrbitValues = field(repr=False)
+
+    @property
+    def worst(self) -> int:
+        """The flat index of the largest mean drop."""
+        return int(np.nanargmax(self.band.mean))
+
+    @property
+    def max_drop(self) -> float:
+        return float(self.band.mean[self.worst])
+
+    @property
+    def max_drop_interval(self) -> tuple[float, float]:
+        """[max_k lower_k, max_k upper_k]: holds for the largest true drop whenever the band holds."""
+        return float(np.nanmax(self.band.lower)), float(np.nanmax(self.band.upper))
+
+    @property
+    def reference_text(self) -> str:
+        if self.reference < 0:
+            return "the baseline at the same element"
+        where = self.values.where_text(self.reference)
+        return "the identity" if self.reference_is_identity else f"the best element ({where})"
+
+
+def orbit_drops(ov: OrbitValues, *, level: float = 0.95, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                against: OrbitValues | None = None) -> Drops:
+    """The drop of each element from the identity (or, with ``against``, from the *same
+    element* of another model on the same samples: a regression), with a simultaneous band."""
+    q = ov.quality()
+    if against is not None:
+        if against.values.shape != ov.values.shape:
+            raise ValueError(f"the two results differ in shape ({against.values.shape} vs {ov.values.shape}): "
+                             "compare models on the same samples and orbit")
+        diffs = against.quality() - q
+        ref, is_identity = -1, False
+    else:
+        if ov.identity is not None:
+            ref, is_identity = ov.identity, True
+        else:
+            ref, is_identity = int(np.nanargmax(np.nanmean(q, axis=0))), False
+        diffs = q[:, [ref]] - q
+    band = difference_band(diffs, from_binary=ov.binary, level=level, resamples=resamples, seed=seed)
+    return Drops(band=band, reference=ref, reference_is_identity=is_identity, values=ov)
+
+
+@dataclass(frozen=True)
+class InvarianceTest:
+    """The outcome of :func:`invariance_test` (see the module docstring)."""
+
+    metric: str
+    label: str
+    method: str
+    statistic: float
+    df: int
+    p_value: float
+    n_samples: int
+    n_elements: int
+    left_out: int
+    drops: Drops = field(repr=False)
+    level: float = 0.95
+
+    @property
+    def max_drop(self) -> float:
+        return self.drops.max_drop
+
+    @property
+    def max_drop_interval(self) -> tuple[float, float]:
+        return self.drops.max_drop_interval
+
+    @property
+    def max_drop_at(self) -> dict[str, Any]:
+        return self.drops.values.where(self.drops.worst)
+
+    def invariant(self, alpha: float = 0.05) -> bool:
+        """Whether H0 (the same mean everywhere) stands at level ``alpha``: not a proof of
+        invariance, only the absence of evidence against it (see the max-drop interval)."""
+        return not self.p_value <= alpha
+
+    def sentence(self, alpha: float = 0.05) -> str:
+        """One line, e.g. ``"not invariant (Cochran's Q = 812.4, 72 df, p < 1e-16); largest drop of
+        accuracy from the identity 0.312 at angle 90 (simultaneous 95% interval 0.27 to 0.35)"``."""
+        verdict = "no evidence against invariance" if self.invariant(alpha) else "not invariant"
+        lo, hi = self.max_drop_interval
+        left = f"; {self.left_out} samples with undefined values left out" if self.left_out else ""
+        return (f"{verdict} ({self.method} = {self.statistic:.4g}, {self.df} df, {format_p(self.p_value)}, "
+                f"{self.n_samples} samples × {self.n_elements} {element_noun(self.drops.values.dims)}{left}); "
+                f"largest drop of {self.label} from {self.drops.reference_text} {self.max_drop:.3f} at "
+                f"{self.drops.values.where_text(self.drops.worst)} (simultaneous {self.level:.0%} interval "
+                f"{lo:.3f} to {hi:.3f})")
+
+    def as_dict(self) -> dict[str, Any]:
+        lo, hi = self.max_drop_interval
+        return {"metric": self.metric, "test": self.method, "statistic": self.statistic, "df": self.df,
+                "p_value": self.p_value, "samples": self.n_samples, "elements": self.n_elements,
+                "left_out": self.left_out, "reference": self.drops.reference_text, "max_drop": self.max_drop,
+                "max_drop_lower": lo, "max_drop_upper": hi, "max_drop_at": self.max_drop_at, "level": self.level}
+
+
+def invariance_test(result: Any, metric: str | None = None, *, method: str = "auto", level: float = 0.95,
+                    subset: Any = None, resamples: int = DEFAULT_RESAMPLES, permutations: int = 2000,
+                    seed: int = 0) -> InvarianceTest:
+    """Test whether ``metric`` (default: the primary metric) has the same mean at every element
+    of the result's orbit, and measure the largest drop from the identity.
+
+    Args:
+        method: ``"auto"`` (Cochran's Q for binary metrics, Friedman otherwise), ``"cochran"``,
+            ``"friedman"`` or ``"permutation"``.
+        level: simultaneous level of the drop band (1 − α).
+    """
+    ov = orbit_values(result, metric, subset=subset)
+    return invariance_test_values(ov, method=method, level=level, resamples=resamples, permutations=permutations,
+                                  seed=seed)
+
+
+def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: float = 0.95,
+                           resamples: int = DEFAULT_RESAMPLES, permutations: int = 2000, seed: int = 0) -> InvarianceTest:
+    """:func:`invariance_test` of an :class:`~orbitscope.stats.values.OrbitValues`."""
+    if ov.n_elements < 2:
+        raise ValueError("a test of invariance needs at least two orbit elements; this orbit has one")
+    chosen = ("cochran" if ov.binary else "friedman") if method == "auto" else method
+    if chosen == "cochran":
+        if not ov.binary:
+            raise ValueError(f"Cochran's Q is for 0/1 metrics; {ov.metric!r} is not binary: use friedman or permutation")
+        stat, df, p = cochrans_q(ov.values)
+        name = "Cochran's Q"
+    elif chosen == "friedman":
+        stat, df, p = friedman(ov.values)
+        name = "Friedman χ²"
+    elif chosen == "permutation":
+        stat, _, p = permutation_invariance(ov.values, permutations=permutations, seed=seed)
+        df, name = ov.n_elements - 1, f"permutation test ({permutations} permutations) of Σ(m_k − m̄)²"
+    else:
+        raise ValueError(f"unknown method {method!r}; use auto, cochran, friedman or permutation")
+    complete = int((~np.isnan(ov.values).any(axis=1)).sum())
+    if complete == 0:
+        raise ValueError(f"no sample has a value of {ov.metric!r} at every orbit element; the test needs complete samples")
+    drops = orbit_drops(ov, level=level, resamples=resamples, seed=seed)
+    return InvarianceTest(metric=ov.metric, label=ov.label, method=name, statistic=stat, df=df, p_value=p,
+                          n_samples=complete, n_elements=ov.n_elements, left_out=ov.n_samples - complete, drops=drops,
+                          level=level)
