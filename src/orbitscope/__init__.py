@@ -63,6 +63,8 @@ from .results.result import OrbitResult, aggregate, dataset_metrics, wilson_inte
 from .results.store import Store
 # analysis
 from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
+# whole-orbit statistics
+from .stats import check_result, compare_models, invariance_test, plan_samples, simultaneous_band
 # models
 from .models.equivariant import P4CNN, symmetrize
 from .models.loading import load_model, load_user_model, save_model
@@ -93,6 +95,8 @@ __all__ = [
     "OrbitResult", "aggregate", "dataset_metrics", "wilson_interval", "Store",
     # analysis
     "consensus_scores", "invariance_measures", "with_consensus",
+    # whole-orbit statistics
+    "simultaneous_band", "invariance_test", "compare_models", "plan_samples", "check_result",
     # models
     "P4CNN", "symmetrize", "ReferenceCNN", "SmallCNN", "fold_batchnorm", "model_hash", "optimize_for_inference",
     "load_model", "load_user_model", "save_model", "TrainRecipe", "cached_reference_model", "train_classifier",

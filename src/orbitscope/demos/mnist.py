@@ -94,6 +94,10 @@ class DemoResult:
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     ml4ml: Any = None  # an orbitscope.demos.ml4ml.ML4MLDemo when the ML4ML part ran
+    #: per dataset: the paired comparisons' verdicts (``comparisons.csv``) and the release gate's
+    #: outcome per model (``checks.csv``), see :func:`whole_orbit_rows`
+    comparisons: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    checks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _train_one(recipe: TrainRecipe, cache_dir: str) -> str:
@@ -179,8 +183,10 @@ def run_demo(
                                  name=name, model_name=name, optimize=True, progress=progress))
             result.seconds[f"evaluate {name}"] = time.perf_counter() - t0
         result.runs[case.name] = runs
-        result.files.update(_write_outputs(case, runs, out / case.name))
         result.summaries[case.name] = summary_rows([r.result for r in runs], list(case.models))
+        result.comparisons[case.name], result.checks[case.name] = whole_orbit_rows(case, runs)
+        result.files.update(_write_outputs(case, runs, out / case.name, result.summaries[case.name],
+                                           result.comparisons[case.name], result.checks[case.name]))
     if ml4ml:
         from .ml4ml import run_ml4ml_demo
 
@@ -191,7 +197,36 @@ def run_demo(
     return result
 
 
-def _write_outputs(case: DemoCase, runs: list[Run], folder: Path) -> dict[str, Path]:
+#: the accuracy drop from 0° that the demo's release gate allows (``orbitscope check --max-drop``)
+GATE_MAX_DROP = 0.05
+
+
+def whole_orbit_rows(case: DemoCase, runs: list[Run], *, alpha: float = 0.05) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Whole-orbit statistics of one dataset's runs: the paired comparison (exact McNemar per
+    angle for accuracy, paired t for confidence; Holm across the 73 angles) of the headline pair
+    and of every further pair, and the release gate (:func:`orbitscope.stats.check_result`,
+    accuracy drop from 0° at most :data:`GATE_MAX_DROP`, family-wise ``alpha``) per model."""
+    from ..stats import check_result, compare_models
+
+    names = list(case.models)
+    results = [r.result for r in runs]
+    comparisons = []
+    for a, b in (tuple(names[:2]), *case.pairs):
+        ra, rb = results[names.index(a)], results[names.index(b)]
+        for metric in ("correct", "confidence"):
+            c = compare_models(ra, rb, metric, alpha=alpha, names=(a, b))
+            comparisons.append({"a": a, "b": b, "metric": metric, "a worse at": int(c.worse.sum()),
+                                "a better at": int(c.better.sum()), "elements": c.n_elements,
+                                "verdict": c.verdict()})
+    checks = []
+    for name, res in zip(names, results):
+        gate = check_result(res, max_drop=GATE_MAX_DROP, alpha=alpha, name=name).checks[0]
+        checks.append({"model": name, "passed": gate.passed, "reason": gate.reason})
+    return comparisons, checks
+
+
+def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[dict[str, Any]],
+                   comparisons: list[dict[str, Any]], checks: list[dict[str, Any]]) -> dict[str, Path]:
     names = list(case.models)
     results = [r.result for r in runs]
     files = {
@@ -207,10 +242,10 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path) -> dict[str, P
         for metric, what in (("correct", "accuracy"), ("confidence", "confidence")):
             files[f"{case.name} {what} plot {a} vs {b}"] = save_figure(
                 nero_plot(pair, metric, labels=[a, b]), folder / f"nero_{what}_polar_{a}_vs_{b}.png")
-    rows = summary_rows(results, names)
-    for row, run in zip(rows, runs):
-        row["run"] = run.run_id
+    rows = [{**row, "run": run.run_id} for row, run in zip(summary, runs)]
     files[f"{case.name} summary"] = write_csv(rows, folder / "summary.csv")
+    files[f"{case.name} comparisons"] = write_csv(comparisons, folder / "comparisons.csv")
+    files[f"{case.name} checks"] = write_csv(checks, folder / "checks.csv")
     files[f"{case.name} report"] = write_report(results, folder / "report.html", labels=names,
                                                 title=f"orbitscope demo: {case.name}, rotations 0…360°")
     return files

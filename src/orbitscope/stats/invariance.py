@@ -187,16 +187,21 @@ class InvarianceTest:
     def invariant(self, alpha: float = 0.05) -> bool:
         """Whether H0 (the same mean everywhere) stands at level ``alpha``: not a proof of
         invariance, only the absence of evidence against it (see the max-drop interval)."""
-        return not self.p_value <= alpha
+        return not self.p_value <= alpha  # NaN (no test possible) counts as no evidence
 
     def sentence(self, alpha: float = 0.05) -> str:
         """One line, e.g. ``"not invariant (Cochran's Q = 812.4, 72 df, p < 1e-16); largest drop of
         accuracy from the identity 0.312 at angle 90 (simultaneous 95% interval 0.27 to 0.35)"``."""
-        verdict = "no evidence against invariance" if self.invariant(alpha) else "not invariant"
+        if not np.isfinite(self.p_value):
+            verdict = "no test (no sample has a value at every element; the drop band below uses every value)"
+        else:
+            verdict = "no evidence against invariance" if self.invariant(alpha) else "not invariant"
         lo, hi = self.max_drop_interval
         left = f"; {self.left_out} samples with undefined values left out" if self.left_out else ""
-        return (f"{verdict} ({self.method} = {self.statistic:.4g}, {self.df} df, {format_p(self.p_value)}, "
-                f"{self.n_samples} samples × {self.n_elements} {element_noun(self.drops.values.dims)}{left}); "
+        noun = element_noun(self.drops.values.dims)
+        test = (f" ({self.method} = {self.statistic:.4g}, {self.df} df, {format_p(self.p_value)}, "
+                f"{self.n_samples} samples × {self.n_elements} {noun}{left})" if np.isfinite(self.p_value) else "")
+        return (f"{verdict}{test}; "
                 f"largest drop of {self.label} from {self.drops.reference_text} {self.max_drop:.3f} at "
                 f"{self.drops.values.where_text(self.drops.worst)} (simultaneous {self.level:.0%} interval "
                 f"{lo:.3f} to {hi:.3f})")
@@ -231,7 +236,12 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
     if ov.n_elements < 2:
         raise ValueError("a test of invariance needs at least two orbit elements; this orbit has one")
     chosen = ("cochran" if ov.binary else "friedman") if method == "auto" else method
-    if chosen == "cochran":
+    complete = int((~np.isnan(ov.values).any(axis=1)).sum())
+    if chosen not in ("cochran", "friedman", "permutation"):
+        raise ValueError(f"unknown method {method!r}; use auto, cochran, friedman or permutation")
+    if complete == 0:  # e.g. detection views where every sample's object leaves the view somewhere
+        stat, df, p, name = float("nan"), ov.n_elements - 1, float("nan"), f"{chosen} (no complete samples)"
+    elif chosen == "cochran":
         if not ov.binary:
             raise ValueError(f"Cochran's Q is for 0/1 metrics; {ov.metric!r} is not binary: use friedman or permutation")
         stat, df, p = cochrans_q(ov.values)
@@ -242,11 +252,6 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
     elif chosen == "permutation":
         stat, _, p = permutation_invariance(ov.values, permutations=permutations, seed=seed)
         df, name = ov.n_elements - 1, f"permutation test ({permutations} permutations) of Σ(m_k − m̄)²"
-    else:
-        raise ValueError(f"unknown method {method!r}; use auto, cochran, friedman or permutation")
-    complete = int((~np.isnan(ov.values).any(axis=1)).sum())
-    if complete == 0:
-        raise ValueError(f"no sample has a value of {ov.metric!r} at every orbit element; the test needs complete samples")
     drops = orbit_drops(ov, level=level, resamples=resamples, seed=seed)
     return InvarianceTest(metric=ov.metric, label=ov.label, method=name, statistic=stat, df=df, p_value=p,
                           n_samples=complete, n_elements=ov.n_elements, left_out=ov.n_samples - complete, drops=drops,

@@ -69,7 +69,8 @@ def paired_t(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     p = 2 * stats.t.sf(np.abs(t), np.maximum(n - 1, 1))
     p = np.where(sd > 0, p, np.where(mean != 0, 0.0, 1.0))
     p = np.where(n > 1, p, 1.0)
-    return np.where(sd > 0, t, np.sign(mean) * np.inf), p
+    signed_inf = np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0))
+    return np.where(sd > 0, t, signed_inf), p
 
 
 def holm(p: np.ndarray) -> np.ndarray:
