@@ -110,14 +110,14 @@ def _decide(drops: Drops, tolerance: float, mode: str) -> tuple[bool, int, str]:
         over = np.flatnonzero(band.lower > tolerance)
         if over.size:
             k = int(over[np.argmax(band.lower[over])])
-            return False, k, f"{over.size} elements significantly above the tolerance"
-        return True, drops.worst, "no element significantly above the tolerance"
+            return False, k, f"{over.size} of {band.mean.size} elements significantly above it"
+        return True, drops.worst, "no element significantly above it"
     if mode == "equivalence":
         over = np.flatnonzero(~(band.upper <= tolerance))
         if over.size:
             k = int(over[np.argmax(np.where(np.isfinite(band.upper[over]), band.upper[over], np.inf))])
-            return False, k, f"{over.size} elements not shown within the tolerance"
-        return True, drops.worst, "every element shown within the tolerance"
+            return False, k, f"{over.size} of {band.mean.size} elements not shown within it"
+        return True, drops.worst, "every element shown within it"
     raise ValueError(f"unknown mode {mode!r}; use {' or '.join(MODES)}")
 
 
@@ -126,9 +126,10 @@ def _outcome(name: str, drops: Drops, tolerance: float, mode: str, what: str, le
     ov, band = drops.values, drops.band
     where = ov.where_text(k)
     d, lo, hi = float(band.mean[k]), float(band.lower[k]), float(band.upper[k])
-    verb = "within" if passed else ("exceeds" if mode == "evidence" else "not shown within")
+    verb = {("evidence", True): "not significantly above", ("evidence", False): "significantly above",
+            ("equivalence", True): "shown within", ("equivalence", False): "not shown within"}[(mode, passed)]
     reason = (f"{what} of {ov.label} {d:.3f} at {where} (simultaneous {level:.0%} interval {lo:.3f} to {hi:.3f}) "
-              f"{verb} the allowed {tolerance:g}: {why} ({mode} mode, {ov.n_samples} samples × {ov.n_elements} "
+              f"{verb} the allowed {tolerance:g}; {why} ({mode} mode, {ov.n_samples} samples × {ov.n_elements} "
               "elements)")
     return CheckOutcome(name=name, passed=passed, reason=reason, details={
         "metric": ov.metric, "mode": mode, "tolerance": tolerance, "level": level, "at": ov.where(k),
