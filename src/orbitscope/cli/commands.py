@@ -1,12 +1,10 @@
 """Command-line interface: ``orbitscope demo | evaluate | sweep | runs | plot | report | serve`` (and
-``zoo``, ``assess``, ``robust``)."""
+``zoo``, ``assess``, ``robust``, and the statistics gate ``check`` and planner ``plan``)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -14,7 +12,9 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from .common import HomeOption, TrustOption, console, engine_progress, friendly_errors, parse_normalize, progress_bar
+from rich.markup import escape
+
+from .common import HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, progress_bar
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -76,45 +76,13 @@ def evaluate(
     force: bool = typer.Option(False, help="Recompute even if a finished run with the same identity exists."),
 ) -> None:
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
-    from ..data.datasets import parse_data_spec
-    from ..engine.evaluation import evaluate as run_evaluate
-    from ..tasks.setup import task_and_data
-    from ..group.parse import parse_orbit
-    from ..models.loading import load_user_model
-    from ..results.store import Store
-
-    import torch
-
-    try:
-        torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"--device {device!r}: unknown device; use cpu, cuda, cuda:N or mps") from None
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
-    orb = parse_orbit(orbit)
-    dataset = parse_data_spec(data)
-    job_task, dataset, view = task_and_data(task_kind, dataset, orb, view_size, key_objects, score_threshold,
-                                             probabilities, margin, max_objects)
-    if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
-        sys.path.insert(0, os.getcwd())
-    net = load_user_model(model, weights, trust=trust)
-    store = Store(home)
-    from .sweep import executor_from_options
-
-    runner = executor_from_options(executor, address, 2 if executor == "process" and workers is None else workers)
-    with progress_bar() as bar:
-        t0 = time.perf_counter()
-        run = run_evaluate(
-            net, dataset, orb, job_task, store=store, name=name, view_size=view, store_inputs=store_inputs or None,
-            model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
-            batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
-            interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
-            allow_large=yes,
-            progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
-        )
-        elapsed = time.perf_counter() - t0
-    console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
-                  f"→ {store.home}")
+    run = evaluate_spec(
+        model, data, orbit, task_kind=task_kind, weights=weights, home=home, name=name, batch_size=batch_size,
+        normalize=normalize, device=device, optimize=optimize, interpolation=interpolation, padding=padding,
+        probabilities=probabilities, consensus=consensus, view_size=view_size, key_objects=key_objects,
+        score_threshold=score_threshold, margin=margin, max_objects=max_objects, store_inputs=store_inputs,
+        executor=executor, workers=workers, address=address, allow_large=yes, trust=trust, force=force,
+    )
     _print_summary([run.result])
 
 
@@ -133,7 +101,10 @@ def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "ele
 
 
 def _print_summary(results: list[Any]) -> None:
+    """The headline metric of each result over its orbit (a table), then one line per result
+    with the test of invariance of its primary metric."""
     from ..analysis.nero import metric_label
+    from ..stats.invariance import invariance_test
 
     headline = results[0].primary_metric()
     table = Table(title=f"{metric_label(results, headline)} over the orbit")
@@ -147,6 +118,14 @@ def _print_summary(results: list[Any]) -> None:
         table.add_row(str(r.attrs.get("run_id", "")), str(r.attrs.get("model_name", "")), str(s["n_samples"]),
                       ident, f"{s['mean']:.3f}", f"{s['worst']:.3f} ({where})")
     console.print(table)
+    for r in results:
+        run = escape(str(r.attrs.get("run_id") or r.attrs.get("model_name", "")))
+        try:
+            sentence = invariance_test(r).sentence()
+        except ValueError as exc:  # e.g. an orbit of one element, or no sample with every value defined
+            console.print(f"[dim]{run}: no test of invariance ({escape(str(exc))})[/]", soft_wrap=True)
+        else:
+            console.print(f"{run}: {escape(sentence)}", soft_wrap=True, highlight=False)
 
 
 @runs_app.command("list")
@@ -214,6 +193,9 @@ def plot(
     method: str = typer.Option("pca", help="Embedding method: pca, ica, isomap, tsne, umap."),
     home: Optional[Path] = HomeOption,
     title: Optional[str] = typer.Option(None, help="Figure title."),
+    simultaneous: bool = typer.Option(True, "--simultaneous/--pointwise-only", help="Static aggregate and class "
+                                      "plots: also draw the simultaneous band (covers every element at once, "
+                                      "dashed), or only the pointwise one."),
 ) -> None:
     """NERO plots for papers (static) or the web (interactive): every kind, from stored runs."""
     from ..analysis.nero import prepare_aggregate, prepare_individual
@@ -226,15 +208,19 @@ def plot(
         metric = "confidence" if kind in ("individual", "embedding") and "confidence" in first.data else first.primary_metric()
     interactive = output.suffix.lower() in (".html", ".htm")
     mark = _parse_marker(marker)
+    if kind == "class" and cls is None:
+        raise ValueError("--kind class needs --cls CLASS")
+    subset = cls if kind == "class" else None
     if kind == "embedding":
         path = _plot_embeddings(results, metric, method, output, interactive)
+    elif kind in ("aggregate", "class") and not interactive:
+        from ..viz.plot import nero_plot, save_figure
+
+        figure = nero_plot(results, metric, subset=subset, marker=mark, title=title, simultaneous=simultaneous)
+        path = save_figure(figure, output)
     else:
-        if kind == "aggregate":
-            data = prepare_aggregate(results, metric, marker=mark, title=title)
-        elif kind == "class":
-            if cls is None:
-                raise ValueError("--kind class needs --cls CLASS")
-            data = prepare_aggregate(results, metric, subset=cls, marker=mark, title=title)
+        if kind in ("aggregate", "class"):
+            data = prepare_aggregate(results, metric, subset=subset, marker=mark, title=title)
         elif kind == "individual":
             if sample is None:
                 raise ValueError("--kind individual needs --sample ID (see the report or `runs show`)")
@@ -442,6 +428,9 @@ from .robust import robust_app  # noqa: E402
 app.add_typer(robust_app, name="robust")
 from .sweep import sweep_command  # noqa: E402
 app.command("sweep")(sweep_command)
+from .check import check_command, plan_command  # noqa: E402
+app.command("check")(friendly_errors(check_command))
+app.command("plan")(friendly_errors(plan_command))
 
 
 def main() -> None:  # pragma: no cover - console entry point

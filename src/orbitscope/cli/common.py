@@ -1,10 +1,15 @@
 """What every ``orbitscope`` sub-command shares: consoles, the store option, one-line errors,
-progress bars and small option parsers."""
+progress bars, small option parsers, and the evaluation of a model spec through the store
+(:func:`evaluate_spec`, behind ``orbitscope evaluate`` and ``orbitscope check``)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import typer
 from rich.console import Console
@@ -13,8 +18,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import OrbitscopeError
 
+if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
+    from ..engine.evaluation import Run
+
 __all__ = ["console", "err_console", "HomeOption", "TrustOption", "USER_ERRORS", "friendly_errors", "progress_bar",
-           "engine_progress", "parse_normalize"]
+           "engine_progress", "parse_normalize", "evaluate_spec"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -74,3 +82,83 @@ def parse_normalize(text: str | None) -> tuple[list[float], list[float]] | None:
         return [float(v) for v in mean.split(",")], [float(v) for v in std.split(",")]
     except ValueError:
         raise ValueError(f"--normalize must look like 'MEAN[,MEAN…]/STD[,STD…]', e.g. '0.1307/0.3081'; got {text!r}") from None
+
+
+def evaluate_spec(
+    model: str,
+    data: str,
+    orbit: str,
+    *,
+    task_kind: str = "classification",
+    weights: Path | None = None,
+    home: Path | None = None,
+    name: str | None = None,
+    batch_size: int = 256,
+    normalize: str | None = None,
+    device: str = "cpu",
+    optimize: bool = False,
+    interpolation: str = "bilinear",
+    padding: str = "zeros",
+    probabilities: bool = False,
+    consensus: bool = False,
+    view_size: int | None = None,
+    key_objects: bool = True,
+    score_threshold: float = 0.5,
+    margin: int | None = None,
+    max_objects: int | None = None,
+    store_inputs: bool = False,
+    executor: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    allow_large: bool = False,
+    trust: bool = False,
+    force: bool = False,
+) -> "Run":
+    """Evaluate the model spec ``model`` (``'package.module:factory'`` with optional ``weights``,
+    or a model file) on the data spec ``data`` over the orbit spec ``orbit``, through the store
+    at ``home`` (resumable; a finished identical run is reused unless ``force``), with a progress
+    bar on stderr and one line naming the run.
+
+    Every argument is the ``orbitscope evaluate`` option of the same name (``task_kind`` is
+    ``--task``, ``allow_large`` is ``--yes``); errors name those options. Returns the engine's
+    :class:`~orbitscope.engine.evaluation.Run` (``run.store`` is the store).
+    """
+    from ..data.datasets import parse_data_spec
+    from ..engine.evaluation import evaluate as run_evaluate
+    from ..group.parse import parse_orbit
+    from ..models.loading import load_user_model
+    from ..results.store import Store
+    from ..tasks.setup import task_and_data
+    from .sweep import executor_from_options
+
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device!r}: unknown device; use cpu, cuda, cuda:N or mps") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available to this torch build ({torch.__version__}); use cpu")
+    orb = parse_orbit(orbit)
+    dataset = parse_data_spec(data)
+    job_task, dataset, view = task_and_data(task_kind, dataset, orb, view_size, key_objects, score_threshold,
+                                             probabilities, margin, max_objects)
+    if os.getcwd() not in sys.path:  # 'mymodule:factory' in the current folder imports, as with python -m
+        sys.path.insert(0, os.getcwd())
+    net = load_user_model(model, weights, trust=trust)
+    store = Store(home)
+    runner = executor_from_options(executor, address, 2 if executor == "process" and workers is None else workers)
+    with progress_bar() as bar:
+        t0 = time.perf_counter()
+        run = run_evaluate(
+            net, dataset, orb, job_task, store=store, name=name, view_size=view, store_inputs=store_inputs or None,
+            model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
+            batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
+            interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
+            allow_large=allow_large,
+            progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
+        )
+        elapsed = time.perf_counter() - t0
+    console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
+                  f"→ {store.home}")
+    return run

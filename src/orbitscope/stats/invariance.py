@@ -115,8 +115,11 @@ class Drops:
 
     @property
     def worst(self) -> int:
-        """The flat index of the largest mean drop."""
-        return int(np.nanargmax(self.band.mean))
+        """The flat index of the largest mean drop (never the reference itself when there are others)."""
+        mean = np.array(self.band.mean, dtype=np.float64)
+        if 0 <= self.reference < mean.size and mean.size > 1:
+            mean[self.reference] = -np.inf
+        return int(np.nanargmax(np.where(np.isnan(mean), -np.inf, mean)))
 
     @property
     def max_drop(self) -> float:
