@@ -167,3 +167,62 @@ def test_linked_views_in_chromium(served: Any, page: Any, tmp_path: Path) -> Non
     _shot(page, shots, "6-switched")
     assert not page.server_errors  # type: ignore[attr-defined]
     assert len(list(shots.glob("*.png"))) == 6
+
+
+def _aggregate_traces(pg: Any, role: str) -> list[dict[str, Any]]:
+    """The aggregate figure's traces of one role, as the page holds them: series, values and
+    angles (arrays that plotly.js keeps as base64 typed-array specs are decoded)."""
+    return pg.evaluate("""(role) => {
+        const types = {f8: Float64Array, f4: Float32Array, i4: Int32Array, i2: Int16Array, i1: Int8Array,
+                       u4: Uint32Array, u2: Uint16Array, u1: Uint8Array};
+        const numbers = (v) => {
+            if (v && v.bdata !== undefined) {
+                const bin = atob(v.bdata), bytes = new Uint8Array(bin.length);
+                for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+                return Array.from(new types[v.dtype](bytes.buffer));
+            }
+            return Array.from(v || []);
+        };
+        return document.querySelector('#aggregate .js-plotly-plot').data
+            .filter(t => (t.meta || {}).role === role)
+            .map(t => ({series: t.meta.series, r: numbers(t.r), theta: numbers(t.theta)}));
+    }""", role)
+
+
+def _wait_role(pg: Any, role: str) -> None:
+    pg.wait_for_function("(role) => { const g = document.querySelector('#aggregate .js-plotly-plot');"
+                         " return g && g.data && g.data.some(t => (t.meta || {}).role === role); }", arg=role)
+
+
+def test_whole_orbit_statistics_toggles_in_chromium(served: Any, page: Any) -> None:
+    from orbitscope.stats import compare_models, simultaneous_band
+
+    url, home, ids = served
+    store = Store(home, create=False)
+    runs = {name: store.load(ids[name]) for name in ("ref-cnn", "centroid")}  # the two preselected models
+    page.goto(url)
+    _selected_sample(page)
+    _wait_role(page, "value")
+    assert not _aggregate_traces(page, "simultaneous-band")  # off by default
+
+    page.check("#simultaneous input[type=checkbox]")
+    _wait_role(page, "simultaneous-band")
+    drawn = {t["series"]: t for t in _aggregate_traces(page, "simultaneous-band")}
+    assert set(drawn) == set(runs)
+    for name, res in runs.items():
+        band = simultaneous_band(res, "confidence")
+        expected = np.concatenate([band["upper"].values, [np.nan], band["lower"].values])
+        np.testing.assert_allclose(np.asarray(drawn[name]["r"], dtype=float), expected, rtol=1e-9)
+    assert "simultaneous 95% band" in page.text_content("#aggregate .legend")  # drawn in the legend
+
+    # two models compared: the second toggle is offered and marks the significant differences
+    assert page.locator("#compare-row").is_visible()
+    page.check("#compare input[type=checkbox]")
+    _wait_role(page, "worse")
+    comparison = compare_models(runs["ref-cnn"], runs["centroid"], "confidence", names=("ref-cnn", "centroid"))
+    assert comparison.worse.any()  # ref-cnn is behind the centroid model at some angles
+    (worse,) = _aggregate_traces(page, "worse")
+    np.testing.assert_allclose(worse["theta"], np.asarray(list(ANGLES), dtype=float)[comparison.worse])
+    title = page.evaluate("document.querySelector('#aggregate .js-plotly-plot').layout.title.text")
+    assert " ".join(comparison.verdict().split()) in " ".join(re.sub(r"<[^>]+>", " ", title).split())
+    assert not page.server_errors  # type: ignore[attr-defined]

@@ -16,6 +16,12 @@ plane; a list of 3-D rotations (dim ``("rotation",)``: ``SO3Grid``, ``Octahedral
 put their quaternions in ``NeroData.info["quaternions"]`` (see :func:`rotation_quaternions`);
 without them such a dim stays a line. Values may carry extra dims after the orbit dims (per-pixel
 maps ``("y", "x")``), which the mosaic draws inside its cells.
+
+Whole-orbit statistics (:mod:`orbitscope.stats`), on request: ``prepare_aggregate(...,
+simultaneous=True)`` adds to each series a *simultaneous* band (sup-t bootstrap, covering every
+element at once) beside the *pointwise* one, and ``compare=True`` (two results) marks the
+elements where the first model is significantly worse or better than the second, with the
+family-wise error over all elements controlled (:func:`orbitscope.stats.paired.compare_values`).
 """
 
 from __future__ import annotations
@@ -30,9 +36,13 @@ import xarray as xr
 from ..errors import NotFoundError, SpecError
 from ..group.orbits import orbit_from_spec
 from ..results.result import OrbitResult, aggregate, check_same_orbit
+from ..stats.bands import simultaneous_band
+from ..stats.paired import compare_values
+from ..stats.values import orbit_values
 
 __all__ = [
     "MODEL_COLOURS",
+    "COMPARISON_COLOURS",
     "NeroSeries",
     "NeroData",
     "metric_result",
@@ -52,23 +62,51 @@ __all__ = [
 
 #: Consistent model colours (colour-blind-safe Okabe–Ito order), by position in a comparison.
 MODEL_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
+#: Marks of a paired comparison on the first model's curve: significantly ``worse`` (drawn as
+#: downward triangles) and ``better`` (upward triangles) than the second model.
+COMPARISON_COLOURS = {"worse": "#B2182B", "better": "#1B7837"}
 
 
 
 @dataclass
 class NeroSeries:
-    """One model's curve/surface: ``values`` over the orbit shape, optional band."""
+    """One model's curve/surface: ``values`` over the orbit shape, an optional pointwise band
+    (``lower``, ``upper``: each element's own confidence interval) and an optional simultaneous
+    band (``sim_lower``, ``sim_upper``: covers every element at once, see
+    :func:`orbitscope.stats.bands.simultaneous_band`); all in the metric's units, in the orbit's
+    shape. A simultaneous bound may be infinite where an element has one value only."""
 
     label: str
     colour: str
     values: np.ndarray
     lower: np.ndarray | None = None
     upper: np.ndarray | None = None
+    sim_lower: np.ndarray | None = None
+    sim_upper: np.ndarray | None = None
+
+    @property
+    def has_band(self) -> bool:
+        """Whether the pointwise band is set."""
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def has_simultaneous_band(self) -> bool:
+        """Whether the simultaneous band is set."""
+        return self.sim_lower is not None and self.sim_upper is not None
 
 
 @dataclass
 class NeroData:
-    """Everything a view needs to draw one NERO plot."""
+    """Everything a view needs to draw one NERO plot.
+
+    ``band_method`` names the pointwise band, ``simultaneous_method`` the simultaneous one (None
+    when the series have none). Keys of ``info`` that views read: ``lower_is_better``,
+    ``quaternions`` (rotation maps), ``comparison`` (``{"worse", "better"}``: boolean arrays in
+    the orbit's shape, the elements where the *first* series is significantly worse / better
+    than the second; ``"verdict"``: one line; ``"a"``, ``"b"``: the two series' labels) and
+    ``notes`` (lines saying what could not be computed); :meth:`caption_lines` collects the
+    lines a view shows under its title.
+    """
 
     kind: str  # "polar" | "heatmap" | "line" | "mosaic" | "disk" | "so3map"
     scope: str  # "aggregate" | "individual"
@@ -82,6 +120,18 @@ class NeroData:
     band_method: str | None = None
     marker: dict[str, float] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    simultaneous_method: str | None = None
+
+    @property
+    def comparison(self) -> dict[str, Any] | None:
+        """``info["comparison"]`` (see the class docstring), or None without a comparison."""
+        return self.info.get("comparison")
+
+    def caption_lines(self) -> list[str]:
+        """The lines a view shows with the plot besides its title: the comparison's verdict and
+        the notes on statistics that could not be computed (empty by default)."""
+        lines = [self.comparison["verdict"]] if self.comparison else []
+        return lines + [str(n) for n in self.info.get("notes", ())]
 
     def marker_index(self) -> tuple[int, ...] | None:
         """Index of the orbit element nearest to ``marker`` (None if no marker)."""
@@ -290,7 +340,8 @@ def check_same_samples(results: Sequence[OrbitResult]) -> None:
 def _value_range(bounded: bool, series: list[NeroSeries]) -> tuple[float, float] | None:
     if bounded:
         return (0.0, 1.0)
-    arrays = [s.values for s in series] + [s.upper for s in series if s.upper is not None]
+    arrays = [s.values for s in series] + [s.upper for s in series if s.upper is not None] + [
+        s.sim_upper for s in series if s.sim_upper is not None]
     finite = np.concatenate([np.ravel(a)[np.isfinite(np.ravel(a))] for a in arrays])
     if finite.size == 0:
         return None
@@ -311,6 +362,9 @@ def prepare_aggregate(
     level: float = 0.95,
     marker: dict[str, float] | None = None,
     title: str | None = None,
+    simultaneous: bool = False,
+    compare: bool = False,
+    alpha: float = 0.05,
 ) -> NeroData:
     """Aggregate NERO plot data: the mean of ``metric`` over samples with a confidence band.
 
@@ -320,13 +374,36 @@ def prepare_aggregate(
         labels: legend entries (default: run or model names).
         subset: samples to average over: None (all), a class index (``int``, uses the stored
             labels), or a boolean mask / index array.
-        level: confidence level of the band (Wilson for binary metrics, Student-t for means).
+        level: confidence level of the bands (pointwise: Wilson for binary metrics, Student-t
+            for means; simultaneous: the same level over all elements at once).
         marker: a selected orbit element, e.g. ``{"angle": 90}``.
+        simultaneous: also compute each series' simultaneous band
+            (:func:`orbitscope.stats.bands.simultaneous_band`, same samples and level) into
+            ``sim_lower`` / ``sim_upper``, named by ``simultaneous_method``.
+        compare: mark where the first result is significantly worse / better than the second
+            on the same samples (:func:`orbitscope.stats.paired.compare_values`, exact McNemar
+            or paired t per element, Holm across elements) into ``info["comparison"]``.
+        alpha: family-wise error of the comparison over all elements.
+
+    When a statistic cannot be computed for this metric (e.g. it has per-pixel dims, or the
+    orbit has one element) the plot keeps its pointwise band and ``info["notes"]`` says why.
+
+    Raises:
+        ValueError: ``compare`` with a number of results other than two, results on different
+            samples, ``alpha`` outside (0, 1), or an empty subset.
     """
     results = _as_list(results)
+    if compare:
+        if len(results) != 2:
+            raise ValueError(f"compare=True marks where one model is significantly worse or better than another: "
+                             f"give exactly two results, got {len(results)}")
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     dims = _check_dims(results)
+    if compare:
+        check_same_samples(results)
     names = _labels(results, labels)
-    series, method = [], None
+    series, method, sources = [], None, []
     for i, (res, name) in enumerate(zip(results, names)):
         mres = metric_result(res, metric)
         mask = class_subset(mres, subset) if isinstance(subset, (int, np.integer)) else subset
@@ -338,6 +415,7 @@ def prepare_aggregate(
         method = agg.attrs["method"]
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,
                                  agg["lower"].values, agg["upper"].values))
+        sources.append((mres, mask))
     meta = results[0].meta(metric)
     label = meta.display
     quaternions = rotation_quaternions(results)
@@ -347,12 +425,46 @@ def prepare_aggregate(
                             "lower_is_better": meta.lower_is_better}
     if quaternions is not None:
         info["quaternions"] = quaternions
+    notes: list[str] = []
+    sim_method = _add_simultaneous_bands(series, sources, metric, level, notes) if simultaneous else None
+    if compare:
+        comparison = _comparison(sources, metric, alpha, (names[0], names[1]), notes)
+        if comparison is not None:
+            info["comparison"] = comparison
+    if notes:
+        info["notes"] = notes
     return NeroData(
         kind=layout_kind(dims, quaternions), scope="aggregate", metric=metric, metric_label=label, dims=dims,
         coords={d: _coord_values(results[0].data.coords[d].values) for d in dims}, series=series,
         value_range=_value_range(meta.bounded, series), title=title or f"aggregate NERO plot: {label}{where}",
-        band_method=method, marker=marker, info=info,
+        band_method=method, marker=marker, info=info, simultaneous_method=sim_method,
     )
+
+
+def _add_simultaneous_bands(series: list[NeroSeries], sources: list[tuple[OrbitResult, Any]], metric: str,
+                            level: float, notes: list[str]) -> str | None:
+    """Fill each series' simultaneous band; its method, or None (and a note) when the metric has none."""
+    try:
+        bands = [simultaneous_band(mres, metric, level=level, subset=mask) for mres, mask in sources]
+    except ValueError as exc:  # extra dims, a per-sample state: no whole-orbit statistic
+        notes.append(f"no simultaneous band: {exc}")
+        return None
+    for s, band in zip(series, bands):
+        s.sim_lower, s.sim_upper = band["lower"].values, band["upper"].values
+    return str(bands[0].attrs["method"])
+
+
+def _comparison(sources: list[tuple[OrbitResult, Any]], metric: str, alpha: float, names: tuple[str, str],
+                notes: list[str]) -> dict[str, Any] | None:
+    """``info["comparison"]`` of the two sources, or None (and a note) when it cannot be computed."""
+    try:
+        values = [orbit_values(mres, metric, subset=mask) for mres, mask in sources]
+        result = compare_values(values[0], values[1], alpha=alpha, names=names)
+    except ValueError as exc:
+        notes.append(f"no paired comparison: {exc}")
+        return None
+    return {"worse": values[0].reshape(result.worse), "better": values[0].reshape(result.better),
+            "verdict": result.verdict(), "a": names[0], "b": names[1]}
 
 
 def prepare_individual(

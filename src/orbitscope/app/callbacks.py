@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..viz.interactive import render_plotly
+from ..viz.interactive import caption_height, render_plotly
 from ..analysis.nero import NeroData, metric_label, prepare_aggregate, prepare_individual
 from ..analysis.reduce import METHODS
 from ..viz.disk import plane_names
@@ -31,6 +31,8 @@ __all__ = [
     "GroupControls",
     "SelectionUpdate",
     "aggregate_figure",
+    "checked",
+    "compare_available",
     "group_controls",
     "individual_figure",
     "live_detail",
@@ -38,6 +40,7 @@ __all__ = [
     "metric_controls",
     "parse_controls",
     "scatter_panels",
+    "set_toggles",
     "stored_detail",
     "update_selection",
 ]
@@ -107,6 +110,18 @@ def metric_controls(data: AppData, group_key: Any, runs: Sequence[str], label_fr
     return [{"label": label, "value": v} for v, label in options], value, None
 
 
+def checked(value: Any) -> bool:
+    """Whether a one-option toggle (a ``dcc.Checklist`` with the option ``"on"``) is on: its
+    value as the browser sends it (a list), or a bool; anything else is off."""
+    return value is True or (isinstance(value, (list, tuple)) and "on" in value)
+
+
+def compare_available(models: Any) -> bool:
+    """Whether the paired comparison can be offered: exactly two distinct runs are selected."""
+    runs = [m for m in (models if isinstance(models, (list, tuple)) else []) if isinstance(m, str)]
+    return len(set(runs)) == 2 == len(runs)
+
+
 def parse_controls(group: Any, models: Any, metric: Any, subset: Any, method: Any, colour: Any, rank_by: Any,
                    label_free: Any) -> Selection:
     """The selector values sent by the browser, checked (anything malformed becomes a default
@@ -124,7 +139,7 @@ def parse_controls(group: Any, models: Any, metric: Any, subset: Any, method: An
         metric=metric if isinstance(metric, str) else None, subset=cls,
         method=method if method in METHODS else "pca", colour=colour if colour in COLOUR_STATS else "mean",
         rank_by=rank_by if rank_by in RANK_BY else "worst",
-        label_free=label_free is True or (isinstance(label_free, (list, tuple)) and "on" in label_free),
+        label_free=checked(label_free),
     )
 
 
@@ -156,7 +171,9 @@ def update_selection(data: AppData, previous: Any, controls: Selection, event: E
     rank in its model's ranking, so moving one moves the others to the same sample.
     """
     prev = Selection.from_dict(previous)
-    sel = replace(controls, sample=prev.sample, element=prev.element)
+    # the sample, the element and the aggregate plot's toggles are kept (set by their own events)
+    sel = replace(controls, sample=prev.sample, element=prev.element, simultaneous=prev.simultaneous,
+                  compare=prev.compare)
     empty = ([1] * MAX_MODELS, [1] * MAX_MODELS, [""] * MAX_MODELS, [None] * N_LIVE)
     try:
         ctx = data.context(sel)
@@ -176,6 +193,12 @@ def update_selection(data: AppData, previous: Any, controls: Selection, event: E
         for j, (_, value) in enumerate((sel.element or ())[:N_LIVE]):
             live[j] = value
     return SelectionUpdate(sel.to_dict(), ranks, maxima, labels, live, sel.message or "")
+
+
+def set_toggles(selection: Any, simultaneous: Any, compare: Any) -> dict[str, Any]:
+    """The selection with the aggregate plot's toggles set from their values (see :func:`checked`)."""
+    sel = Selection.from_dict(selection)
+    return replace(sel, simultaneous=checked(simultaneous), compare=checked(compare)).to_dict()
 
 
 def _context_of(data: AppData, selection: Any) -> tuple[Selection, Context]:
@@ -205,9 +228,10 @@ def _metric_label(ctx: Context) -> str:
     return metric_label(ctx.results, ctx.metric) if ctx.results else str(ctx.metric)
 
 
-def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[Selection, Context], NeroData]) -> dict[str, Any]:
+def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[Selection, Context], NeroData],
+                 options: tuple[Any, ...] = ()) -> dict[str, Any]:
     """A NERO plot of the current selection, drawn by :func:`orbitscope.viz.interactive.render_plotly`
-    and cached per (data, sample, element); a message figure when nothing can be drawn."""
+    and cached per (data, sample, element, view ``options``); a message figure when nothing can be drawn."""
     try:
         sel, ctx = _context_of(data, selection)
     except AppError as exc:
@@ -225,11 +249,12 @@ def _nero_figure(data: AppData, selection: Any, scope: str, prepare: Callable[[S
         if scope == "individual":  # points to click on
             fig.update_traces(selector=lambda t: (t.meta or {}).get("role") == "value" and getattr(t, "mode", None) == "lines",
                               mode="lines+markers", marker={"size": 5})
-        fig.update_layout(uirevision=str(ctx.key), margin=dict(l=30, r=30, t=100 if disk else 60, b=30))
+        top = (100 if disk else 60) + caption_height(nero)  # room for the verdict and notes under the title
+        fig.update_layout(uirevision=str(ctx.key), margin=dict(l=30, r=30, t=top, b=30))
         return fig.to_dict()
 
     sample = sel.sample if scope == "individual" else None
-    return data.memo((f"fig-{scope}", ctx.key, sample, sel.element), draw)
+    return data.memo((f"fig-{scope}", ctx.key, sample, sel.element, options), draw)
 
 
 def _name_discrete_ticks(fig: Any, ctx: Context) -> None:
@@ -260,16 +285,25 @@ def _tag_disk_elements(fig: Any, nero: NeroData) -> None:
 
 
 def aggregate_figure(data: AppData, selection: Any) -> dict[str, Any]:
-    """Aggregate NERO plot of the compared runs over the shown samples, with confidence bands and
-    the selected element marked."""
+    """Aggregate NERO plot of the compared runs over the shown samples, with pointwise confidence
+    bands and the selected element marked.
+
+    With the selection's toggles (:func:`set_toggles`): ``simultaneous`` adds each run's
+    simultaneous band (covering every element at once); ``compare``, with exactly two runs,
+    marks where the first is significantly worse / better than the second (family-wise error
+    5 % over the orbit) and gives the verdict under the title (ignored for any other number of
+    runs)."""
+    sel0 = Selection.from_dict(selection)
+    sim, paired = sel0.simultaneous, sel0.compare
 
     def prepare(sel: Selection, ctx: Context) -> NeroData:
         where = "" if sel.subset is None else f", class {sel.subset}" + (" (consensus)" if sel.label_free else "")
         return prepare_aggregate(list(ctx.results), ctx.metric, labels=ctx.names, subset=ctx.mask,
                                  marker=sel.element_dict,
-                                 title=f"aggregate: {_metric_label(ctx)}{where} (n = {ctx.positions.size})")
+                                 title=f"aggregate: {_metric_label(ctx)}{where} (n = {ctx.positions.size})",
+                                 simultaneous=sim, compare=paired and len(ctx.results) == 2)
 
-    return _nero_figure(data, selection, "aggregate", prepare)
+    return _nero_figure(data, selection, "aggregate", prepare, (sim, paired))
 
 
 def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:

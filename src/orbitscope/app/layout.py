@@ -19,10 +19,11 @@ from .data import MAX_MODELS, AppData, AppError
 from .callbacks import N_LIVE
 from .labelling_logic import has_zoo_models
 
-__all__ = ["build_layout", "slot_id"]
+__all__ = ["build_layout", "slot_id", "aggregate_options"]
 
 GROUP, MODELS, METRIC, SUBSET = "group", "models", "metric", "subset"
 METHOD, COLOUR, RANK_BY, LABEL_FREE = "method", "colour", "rank-by", "label-free"
+SIMULTANEOUS, COMPARE, COMPARE_ROW = "simultaneous", "compare", "compare-row"
 STATUS, SELECTION, AGGREGATE, INDIVIDUAL = "status", "selection", "aggregate", "individual"
 DETAIL_STORED, DETAIL_LIVE = "detail-stored", "detail-live"
 
@@ -62,6 +63,17 @@ def _selectors(data: AppData) -> tuple[html.Div, str | None]:
                                            value=[]), "8%"),
     ], style={"display": "flex", "gap": "10px", "alignItems": "flex-end", "flexWrap": "wrap"})
     return row, problem
+
+
+def aggregate_options() -> html.Div:
+    """The aggregate plot's toggles (both off at first): the simultaneous band, and (shown only
+    while exactly two models are compared) the marks of significant differences."""
+    compare = html.Div(dcc.Checklist(id=COMPARE, options=[{"label": " mark significant differences", "value": "on"}],
+                                     value=[], inline=True), id=COMPARE_ROW, style={"display": "none"})
+    return html.Div([
+        dcc.Checklist(id=SIMULTANEOUS, options=[{"label": " simultaneous band", "value": "on"}], value=[], inline=True),
+        compare,
+    ], style={"display": "flex", "gap": "14px"})
 
 
 def _scatter_slot(i: int) -> html.Div:
@@ -104,6 +116,7 @@ def build_layout(data: AppData) -> html.Div:
                                  {"label": " most variable", "value": "most_variable"},
                                  {"label": " furthest behind the other model", "value": "behind_other"}],
             value="worst", inline=True, inputStyle={"marginLeft": "8px"}), "auto"),
+        _field("aggregate plot (whole-orbit statistics)", aggregate_options(), "auto"),
     ], style={"display": "flex", "gap": "24px", "marginTop": "6px", "flexWrap": "wrap"})
     header = html.Div([
         html.Span("orbitscope", style={"fontWeight": "700", "fontSize": "20px"}),

@@ -22,8 +22,8 @@ from . import callbacks as cb
 from .data import MAX_MODELS, AppData
 from .labelling import mount_labelling
 from .layout import (
-    AGGREGATE, COLOUR, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC, MODELS, RANK_BY,
-    SELECTION, STATUS, SUBSET, build_layout,
+    AGGREGATE, COLOUR, COMPARE, COMPARE_ROW, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC,
+    MODELS, RANK_BY, SELECTION, SIMULTANEOUS, STATUS, SUBSET, build_layout,
 )
 from .state import Event
 from .views import VIEWS, list_views
@@ -166,10 +166,23 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
         live = [no_update if v is None else v for v in up.live]
         return up.selection, up.ranks, up.maxima, up.labels, live, up.message
 
+    @app.callback(Output(SELECTION, "data", allow_duplicate=True), Input(SIMULTANEOUS, "value"),
+                  Input(COMPARE, "value"), State(SELECTION, "data"), prevent_initial_call=True)
+    @_guarded(lambda msg: no_update)
+    def on_toggles(simultaneous: Any, compare: Any, selection: Any) -> Any:
+        if not isinstance(selection, dict):  # the page has not sent its first selection yet
+            return no_update
+        return cb.set_toggles(selection, simultaneous, compare)
+
     @app.callback(Output(AGGREGATE, "figure"), Input(SELECTION, "data"))
     @_guarded(cb.message_figure)
     def on_aggregate(selection: Any) -> Any:
         return cb.aggregate_figure(data, selection)
+
+    @app.callback(Output(COMPARE_ROW, "style"), Input(MODELS, "value"))
+    @_guarded(lambda msg: no_update)
+    def on_compare_available(models: Any) -> Any:
+        return _SHOWN if cb.compare_available(models) else _HIDDEN
 
     @app.callback(Output({"type": "scatter", "index": ALL}, "figure"),
                   Output({"type": "panel", "index": ALL}, "style"),

@@ -3,7 +3,8 @@
 The interface keeps one :class:`Selection` in the browser (a ``dcc.Store``): the run group, the
 compared runs (their order fixes their colours, :data:`orbitscope.analysis.nero.MODEL_COLOURS`), the
 metric, the class subset, the embedding method, the colouring statistic, the ranking criterion,
-label-free mode, the selected sample (its id, the result's ``sample`` coordinate) and the selected
+label-free mode, the aggregate plot's toggles (the simultaneous band; the marks of a paired
+comparison), the selected sample (its id, the result's ``sample`` coordinate) and the selected
 orbit element (a grid point, ``{dim: value}``). Every view is a function of this state; every
 user action is an :class:`Event` that :func:`apply_event` folds into it.
 
@@ -58,7 +59,10 @@ RANK_BY = ("worst", "most_variable", "behind_other")
 
 @dataclass(frozen=True)
 class Selection:
-    """What the user looks at. ``element`` is a tuple of ``(dim, value)`` pairs (hashable)."""
+    """What the user looks at. ``element`` is a tuple of ``(dim, value)`` pairs (hashable).
+    ``simultaneous`` and ``compare`` are the aggregate plot's toggles: draw each run's
+    simultaneous band; mark where the first of exactly two runs is significantly worse / better
+    (view options: the loaded data do not depend on them)."""
 
     group: str | None = None
     runs: tuple[str, ...] = ()
@@ -71,6 +75,8 @@ class Selection:
     sample: int | None = None
     element: tuple[tuple[str, float], ...] | None = None
     message: str | None = field(default=None, compare=False)
+    simultaneous: bool = False
+    compare: bool = False
 
     @property
     def element_dict(self) -> dict[str, float] | None:
@@ -116,6 +122,8 @@ class Selection:
             sample=pick("sample", opt_int, lambda v: None if v is None else int(v)),
             element=pick("element", lambda v: v is None or isinstance(v, Mapping), _element_tuple),
             message=pick("message", opt_str),
+            simultaneous=data.get("simultaneous", False) is True,
+            compare=data.get("compare", False) is True,
         )
 
 

@@ -1,8 +1,11 @@
 """A self-contained HTML report comparing runs (works offline: plotly.js is embedded once).
 
 Sections: provenance of each run; a summary table per model (accuracy at the identity element;
-mean, worst and best accuracy over the orbit and where; the non-equivariance score; label-free
-measures when class probabilities were stored); aggregate NERO plots with confidence bands;
+mean, worst and best accuracy over the orbit and where; the invariance test's p-value and the
+largest drop from the identity with its simultaneous interval; the non-equivariance score;
+label-free measures when class probabilities were stored); aggregate NERO plots with pointwise
+and simultaneous confidence bands; whole-orbit statistics (a test of invariance per model, and
+the paired comparison of the first run with each other run, :mod:`orbitscope.stats`);
 per-class aggregate plots; the dimension-reduction view; and the most orbit-sensitive samples
 with their individual NERO plots and thumbnails. Everything is read from the results; nothing
 is re-evaluated.
@@ -30,10 +33,12 @@ from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_sam
                              sample_groups)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
+from .plot import render
 from .reduce_plots import scatter_plotly
 from ..results.result import OrbitResult, dataset_metrics
+from ..stats.invariance import InvarianceTest, format_p, invariance_test
 
-__all__ = ["write_report", "summary_rows", "non_equivariance", "REPORT_CSS"]
+__all__ = ["write_report", "summary_rows", "non_equivariance", "invariance_tests", "MAX_DROP_COLUMN", "REPORT_CSS"]
 
 REPORT_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
@@ -42,6 +47,7 @@ table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}td,th{border:1px s
 th{background:#f5f5f5}td:first-child,th:first-child{text-align:left}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:.5rem}
 .sample{border:1px solid #eee;padding:.4rem}.thumbs img{image-rendering:pixelated;margin-right:.4rem;border:1px solid #ccc}
 .note{color:#555;font-size:.88rem}code{background:#f3f3f3;padding:0 .2rem}
+h3{font-size:1.05rem;margin-top:1.4rem}.static svg{max-width:560px;height:auto}
 """
 
 
@@ -54,15 +60,51 @@ def _where(coords: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in coords.items())
 
 
-def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: str = "confidence") -> list[dict[str, Any]]:
+def invariance_tests(results: Sequence[OrbitResult], metric: str) -> list[InvarianceTest | str]:
+    """Per result, :func:`orbitscope.stats.invariance.invariance_test` of ``metric`` (simultaneous
+    level 95 %), or the reason it cannot be computed (a one-element orbit, a metric with extra
+    dims, no complete samples) as text."""
+    out: list[InvarianceTest | str] = []
+    for res in results:
+        try:
+            out.append(invariance_test(res, metric))
+        except ValueError as exc:
+            out.append(str(exc))
+    return out
+
+
+#: The summary column of the largest drop from the identity (with its simultaneous interval).
+MAX_DROP_COLUMN = "max drop [simultaneous 95% interval]"
+
+
+def _p_column(tests: Sequence[InvarianceTest | str]) -> str:
+    """The p-value column's name, naming the test (e.g. ``"invariance p (Cochran's Q)"``)."""
+    method = next((t.method for t in tests if isinstance(t, InvarianceTest)), None)
+    return f"invariance p ({method})" if method else "invariance p"
+
+
+def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: str = "confidence", *,
+                 invariance: Sequence[InvarianceTest | str] | None = None) -> list[dict[str, Any]]:
     """One row of headline numbers per model (see the module docstring): the headline metric
     (:meth:`~orbitscope.results.OrbitResult.primary_metric`, accuracy for classification) at
-    the identity, its orbit mean, worst and best element, and the non-equivariance of ``metric``."""
+    the identity, its orbit mean, worst and best element, the invariance test's p-value (column
+    named by the test, e.g. ``"invariance p (Cochran's Q)"``; a float) and the largest drop from
+    the identity with its simultaneous 95 % interval (column :data:`MAX_DROP_COLUMN`, text
+    ``"0.312 [0.270, 0.350]"``; ``"n/a"`` in both when the test cannot be computed), and the
+    non-equivariance of ``metric``.
+
+    Args:
+        invariance: the results' :func:`invariance_tests` of the headline metric, when already
+            computed (default: computed here).
+    """
     rows = []
     headline = results[0].primary_metric()
     name = metric_label(results, headline)
-    for res, label in zip(results, labels):
+    tests = list(invariance) if invariance is not None else invariance_tests(results, headline)
+    p_column = _p_column(tests)
+    for res, label, test in zip(results, labels, tests):
         acc = res.summary(headline)
+        lo, hi = test.max_drop_interval if isinstance(test, InvarianceTest) else (np.nan, np.nan)
         row: dict[str, Any] = {
             "model": label,
             "samples": acc["n_samples"],
@@ -70,6 +112,9 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
             f"orbit mean {name}": acc["mean"],
             f"worst {name}": f"{acc['worst']:.3f} ({_where(acc['worst_at'])})",
             f"best {name}": f"{acc['best']:.3f} ({_where(acc['best_at'])})",
+            p_column: test.p_value if isinstance(test, InvarianceTest) else "n/a",
+            MAX_DROP_COLUMN: (f"{test.max_drop:.3f} [{lo:.3f}, {hi:.3f}]" if isinstance(test, InvarianceTest)
+                              else "n/a"),
             f"non-equivariance (orbit std of {metric_label(results, metric)})": non_equivariance(res, metric),
         }
         if "probabilities" in res.data:
@@ -88,7 +133,9 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
     return rows
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _table(rows: list[dict[str, Any]], formats: dict[str, Any] | None = None) -> str:
+    """An HTML table of ``rows``; floats with three decimals, or by ``formats[column](value)``."""
+    formats = formats or {}
     cols = list(dict.fromkeys(k for r in rows for k in r))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = ""
@@ -96,7 +143,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
         cells = []
         for c in cols:
             v = r.get(c, "")
-            cells.append(f"<td>{v:.3f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>")
+            if isinstance(v, float) and c in formats:
+                cells.append(f"<td>{html.escape(formats[c](v))}</td>")
+            else:
+                cells.append(f"<td>{v:.3f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>")
         body += "<tr>" + "".join(cells) + "</tr>"
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -174,8 +224,9 @@ def write_report(
     headline = results[0].primary_metric()
     if metric is None:  # the per-sample metric of the later sections: confidence, else the headline
         metric = "confidence" if all("confidence" in r.data for r in results) else headline
-    agg = prepare_aggregate(results, headline, labels=labels)
+    agg = prepare_aggregate(results, headline, labels=labels, simultaneous=True)
     labels = [s.label for s in agg.series]
+    tests = invariance_tests(results, headline)
     parts: list[str] = []
     first = [True]
 
@@ -193,18 +244,26 @@ def write_report(
         "model": lab, "run": r.attrs.get("run_id", ""), "model hash": r.attrs.get("model_hash", ""),
         "data": r.attrs.get("data_id", ""), "orbit": ", ".join(f"{d} × {r.data.sizes[d]}" for d in r.orbit_dims),
         "created": r.attrs.get("created", "")} for r, lab in zip(results, labels)]))
-    parts.append("<h2>Summary</h2>" + _table(summary_rows(results, labels, metric)) +
-                 "<p class='note'>Accuracy intervals in the plots are Wilson 95% intervals; confidence bands are "
-                 "Student-t 95% intervals for the mean. Consensus measures (NERO) need no labels but measure "
-                 "self-consistency, not correctness: an invariant but wrong model scores perfectly.</p>")
+    p_column = _p_column(tests)
+    parts.append("<h2>Summary</h2>" + _table(summary_rows(results, labels, metric, invariance=tests),
+                                             {p_column: lambda v: format_p(v).removeprefix("p = ")}) +
+                 "<p class='note'>The aggregate plots below show two 95% bands. Filled: the pointwise interval of "
+                 "each orbit element on its own (Wilson for accuracy, Student-t for means), which misses somewhere "
+                 "on a large orbit far more often than 5% of the time. Dashed: the simultaneous band (sup-t "
+                 "bootstrap over samples), which covers every element at once; a dip is only shown to be real "
+                 "where it leaves the dashed band. The per-class, per-group and small plots show the pointwise "
+                 "band only. Consensus measures (NERO) need no labels but measure self-consistency, not "
+                 "correctness: an invariant but wrong model scores perfectly.</p>")
 
     parts.append("<h2>Aggregate NERO plots</h2><div class='grid'>")
     parts.append(fig(render_plotly(agg)))
     if metric != headline:
-        parts.append(fig(render_plotly(prepare_aggregate(results, metric, labels=labels))))
+        parts.append(fig(render_plotly(prepare_aggregate(results, metric, labels=labels, simultaneous=True))))
     if all("probabilities" in r.data for r in results):
-        parts.append(fig(render_plotly(prepare_aggregate(results, "consensus_agreement", labels=labels))))
+        parts.append(fig(render_plotly(prepare_aggregate(results, "consensus_agreement", labels=labels,
+                                                         simultaneous=True))))
     parts.append("</div>")
+    parts.append(_whole_orbit_section(results, labels, headline, tests))
 
     classes = sample_classes(results[0])
     if classes is not None and headline in ("correct", "conf_iou"):
@@ -241,6 +300,46 @@ def write_report(
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(doc, encoding="utf-8")
     return p
+
+
+def _svg(figure: Any) -> str:
+    """A matplotlib figure as inline SVG (self-contained, offline)."""
+    buf = io.StringIO()
+    figure.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _whole_orbit_section(results: list[OrbitResult], labels: list[str], headline: str,
+                         tests: Sequence[InvarianceTest | str]) -> str:
+    """Per model the test of invariance of the headline metric; with several runs, the paired
+    comparison of the first with each other (verdict and a static plot with the marks)."""
+    name = html.escape(metric_label(results, headline))
+    out = [f"<h2>Whole-orbit statistics</h2><p class='note'>Statistics over the whole orbit of {name} "
+           "(orbitscope.stats): each sample's values at all elements are kept together, so the correlation "
+           "between nearby elements is used, and error rates hold over all elements at once.</p>",
+           "<h3>Invariance</h3><p class='note'>H0: the same mean at every orbit element (Cochran's Q for 0/1 "
+           "metrics, Friedman otherwise); the largest drop from the identity comes with its simultaneous 95% "
+           "interval. A large p-value is no proof of invariance: read the interval.</p><ul>"]
+    for label, test in zip(labels, tests):
+        text = test.sentence() if isinstance(test, InvarianceTest) else f"not computed: {test}"
+        out.append(f"<li><b>{html.escape(label)}</b>: {html.escape(text)}</li>")
+    out.append("</ul>")
+    if len(results) >= 2:
+        out.append(f"<h3>Paired comparisons with {html.escape(labels[0])}</h3><p class='note'>per element an exact "
+                   "McNemar test (0/1 metrics) or a paired t-test on the same samples, Holm's correction across "
+                   "elements (family-wise error 5%); triangles on the first model's curve mark where it is "
+                   "significantly worse (down) or better (up).</p>")
+        for res, label in zip(results[1:], labels[1:]):
+            data = prepare_aggregate([results[0], res], headline, labels=[labels[0], label], simultaneous=True,
+                                     compare=True, title=f"{labels[0]} vs {label}: {metric_label(results, headline)}")
+            if data.comparison is None:
+                out.append(f"<p class='note'>{html.escape(labels[0])} vs {html.escape(label)}: "
+                           f"{html.escape('; '.join(data.info.get('notes', ['not computed'])))}</p>")
+                continue
+            out.append(f"<p><b>{html.escape(data.comparison['verdict'])}</b></p>"
+                       f"<div class='static'>{_svg(render(data))}</div>")
+    return "".join(out)
 
 
 #: most values of a sample group that get a plot each in the report
