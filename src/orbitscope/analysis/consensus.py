@@ -42,13 +42,15 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from ..errors import NotFoundError
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
 from ..results.lazy import RowChunkedArray, lazy_variable
 from ..results.result import OrbitResult, rows_for
 from ..tasks.classification import Classification
 
-__all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs"]
+__all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs",
+           "consensus_metrics", "metric_result"]
 
 _METHOD = (
     "NERO consensus for classification (arXiv:2305.19889): c(x) = mean of class probabilities over the "
@@ -338,3 +340,20 @@ def _invariance_of(piece: OrbitResult, orbit: Orbit, keep: np.ndarray, others: n
         vals = scores[src].transpose("sample", *piece.orbit_dims).values.astype(np.float64)
         data[dst] = vals.reshape(len(vals), -1)[:, keep].mean(1)
     return data
+
+
+def consensus_metrics(result: OrbitResult) -> list[str]:
+    """The label-free consensus metrics the result's task declares (computed on demand)."""
+    task = result.task()
+    return task.consensus_metric_names() if task is not None else []
+
+
+def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
+    """``result`` itself if it records ``metric``, else with the consensus variables added."""
+    if metric in result.data:
+        return result
+    if metric in consensus_metrics(result):
+        return with_consensus(result)
+    known = sorted(set(consensus_metrics(result)) |
+                   {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
+    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}")

@@ -35,7 +35,8 @@ import xarray as xr
 
 from ..errors import NotFoundError, SpecError
 from ..group.orbits import orbit_from_spec
-from ..results.result import OrbitResult, aggregate, check_same_orbit
+from ..results.result import OrbitResult, aggregate, check_same_orbit, check_same_samples
+from .consensus import consensus_metrics, metric_result
 from ..stats.bands import simultaneous_band
 from ..stats.paired import compare_values
 from ..stats.values import orbit_values
@@ -247,25 +248,6 @@ def rotation_quaternions(results: OrbitResult | Sequence[OrbitResult]) -> np.nda
     return first
 
 
-def consensus_metrics(result: OrbitResult) -> list[str]:
-    """The label-free consensus metrics the result's task declares (computed on demand)."""
-    task = result.task()
-    return task.consensus_metric_names() if task is not None else []
-
-
-def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
-    """``result`` itself if it records ``metric``, else with the consensus variables added."""
-    if metric in result.data:
-        return result
-    if metric in consensus_metrics(result):
-        from .consensus import with_consensus
-
-        return with_consensus(result)
-    known = sorted(set(consensus_metrics(result)) |
-                   {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
-    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}")
-
-
 def metric_label(results: OrbitResult | Sequence[OrbitResult], metric: str) -> str:
     """The metric's label with its unit (from the variable's metadata), e.g. ``"entropy (nats)"``."""
     first = results if isinstance(results, OrbitResult) else results[0]
@@ -321,20 +303,6 @@ def _check_dims(results: Sequence[OrbitResult]) -> tuple[str, ...]:
     for r in results[1:]:
         check_same_orbit(results[0], r)
     return results[0].orbit_dims
-
-
-def check_same_samples(results: Sequence[OrbitResult]) -> None:
-    """Per-sample comparisons (individual plots, rankings across models) need the same data:
-    raise ValueError unless every result has the first one's data id and sample ids."""
-    first = results[0]
-    for r in results[1:]:
-        if r.attrs.get("data_id") != first.attrs.get("data_id") or not np.array_equal(
-            r.data["sample"].values, first.data["sample"].values
-        ):
-            raise ValueError(
-                f"runs {first.attrs.get('run_id', '?')} and {r.attrs.get('run_id', '?')} were evaluated on different "
-                f"data ({first.attrs.get('data_id')} vs {r.attrs.get('data_id')}): per-sample views need the same samples"
-            )
 
 
 def _value_range(bounded: bool, series: list[NeroSeries]) -> tuple[float, float] | None:

@@ -21,7 +21,7 @@ from ..errors import OrbitscopeError
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..engine.evaluation import Run
 
-__all__ = ["console", "err_console", "HomeOption", "TrustOption", "USER_ERRORS", "friendly_errors", "progress_bar",
+__all__ = ["console", "executor_from_options", "err_console", "HomeOption", "TrustOption", "USER_ERRORS", "friendly_errors", "progress_bar",
            "engine_progress", "parse_normalize", "evaluate_spec"]
 
 console = Console()
@@ -129,7 +129,6 @@ def evaluate_spec(
     from ..models.loading import load_user_model
     from ..results.store import Store
     from ..tasks.setup import task_and_data
-    from .sweep import executor_from_options
 
     import torch
 
@@ -162,3 +161,30 @@ def evaluate_spec(
     console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "
                   f"→ {store.home}")
     return run
+
+
+def executor_from_options(executor: str | None, address: str | None, workers: int | None,
+                          defaults: dict[str, Any] | None = None) -> Any:
+    """The executor the ``--executor/--address/--workers`` options name (None: local)."""
+    from ..engine.executors import EXECUTORS, get_executor
+
+    if executor is None:
+        if address is not None:
+            raise ValueError("--address names a Ray cluster: add --executor ray")
+        return None
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS.names())}")
+    options = dict(defaults or {})
+    if executor == "ray":
+        if address is not None:
+            options["address"] = address
+        if workers is not None:
+            options["workers"] = workers
+    elif executor == "process":
+        if address is not None:
+            raise ValueError("--address is for --executor ray")
+        if workers is not None:
+            options["workers"] = workers
+    elif address is not None or workers is not None:
+        raise ValueError(f"--address and --workers are for --executor process or ray, not {executor}")
+    return get_executor(executor, **options)

@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import TrustOption, console, engine_progress, err_console, friendly_errors, parse_normalize
-from .sweep import AddressOption, ExecutorOption, WorkersOption, executor_from_options
+from .common import executor_from_options
+from .sweep import AddressOption, ExecutorOption, WorkersOption
 
 __all__ = ["robust_app", "resolve_model"]
 

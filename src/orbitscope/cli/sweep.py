@@ -11,42 +11,15 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import HomeOption, TrustOption, console, err_console, friendly_errors
+from .common import HomeOption, TrustOption, console, err_console, executor_from_options, friendly_errors
 
-__all__ = ["sweep_command", "executor_from_options", "ExecutorOption", "AddressOption", "WorkersOption"]
+__all__ = ["sweep_command", "ExecutorOption", "AddressOption", "WorkersOption"]
 
 ExecutorOption = typer.Option(None, "--executor", help="Where jobs run: local, process (--workers processes) or ray "
                               "(a local Ray with --workers CPUs, or the cluster at --address).")
 AddressOption = typer.Option(None, "--address", help="Ray cluster to join: auto, HOST:PORT or ray://HOST:PORT "
                              "(default: a local Ray).")
 WorkersOption = typer.Option(None, "--workers", help="Processes (process) or CPUs of a local Ray (ray).")
-
-
-def executor_from_options(executor: str | None, address: str | None, workers: int | None,
-                          defaults: dict[str, Any] | None = None) -> Any:
-    """The executor the ``--executor/--address/--workers`` options name (None: local)."""
-    from ..engine.executors import EXECUTORS, get_executor
-
-    if executor is None:
-        if address is not None:
-            raise ValueError("--address names a Ray cluster: add --executor ray")
-        return None
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}: choose one of {', '.join(EXECUTORS.names())}")
-    options = dict(defaults or {})
-    if executor == "ray":
-        if address is not None:
-            options["address"] = address
-        if workers is not None:
-            options["workers"] = workers
-    elif executor == "process":
-        if address is not None:
-            raise ValueError("--address is for --executor ray")
-        if workers is not None:
-            options["workers"] = workers
-    elif address is not None or workers is not None:
-        raise ValueError(f"--address and --workers are for --executor process or ray, not {executor}")
-    return get_executor(executor, **options)
 
 
 class _View:

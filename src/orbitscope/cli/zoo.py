@@ -16,7 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .common import HomeOption, TrustOption, console, err_console, friendly_errors, parse_normalize
-from .sweep import AddressOption, ExecutorOption, executor_from_options
+from .common import executor_from_options
+from .sweep import AddressOption, ExecutorOption
 
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..ml4ml.modeldb import ModelDatabase, ZooModel

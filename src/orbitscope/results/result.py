@@ -44,7 +44,7 @@ from .streaming import CachedArray, GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
            "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
-           "subset_mask", "fill_value", "CHUNK_SAMPLES", "PIECE_VALUES", "rows_for"]
+           "subset_mask", "check_same_samples", "fill_value", "CHUNK_SAMPLES", "PIECE_VALUES", "rows_for"]
 
 
 
@@ -499,3 +499,17 @@ def check_same_orbit(a: OrbitResult, b: OrbitResult) -> None:
         if ca.shape != cb.shape or not np.allclose(ca, cb):
             raise ValueError(f"results sample different orbit elements (their {d!r} grids differ); "
                              "evaluate both on the same orbit")
+
+
+def check_same_samples(results: Sequence[OrbitResult]) -> None:
+    """Per-sample comparisons (individual plots, rankings across models) need the same data:
+    raise ValueError unless every result has the first one's data id and sample ids."""
+    first = results[0]
+    for r in results[1:]:
+        if r.attrs.get("data_id") != first.attrs.get("data_id") or not np.array_equal(
+            r.data["sample"].values, first.data["sample"].values
+        ):
+            raise ValueError(
+                f"runs {first.attrs.get('run_id', '?')} and {r.attrs.get('run_id', '?')} were evaluated on different "
+                f"data ({first.attrs.get('data_id')} vs {r.attrs.get('data_id')}): per-sample views need the same samples"
+            )

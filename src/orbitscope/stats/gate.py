@@ -171,8 +171,7 @@ def check_result(result: Any, *, max_drop: float | None = 0.02, alpha: float = 0
         outcome.details.update({"test": test.method, "statistic": test.statistic, "p_value": test.p_value})
         checks.append(outcome)
     if baseline is not None:
-        from ..analysis.nero import check_same_samples
-        from ..results.result import check_same_orbit
+        from ..results.result import check_same_orbit, check_same_samples
 
         check_same_orbit(result, baseline)
         check_same_samples([result, baseline])

@@ -200,8 +200,7 @@ def compare_models(a: Any, b: Any, metric: str | None = None, *, alpha: float = 
     Raises:
         ValueError: the results are not on the same samples or orbit.
     """
-    from ..analysis.nero import check_same_samples
-    from ..results.result import check_same_orbit
+    from ..results.result import check_same_orbit, check_same_samples
 
     check_same_orbit(a, b)
     check_same_samples([a, b])

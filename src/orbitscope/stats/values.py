@@ -96,7 +96,7 @@ def orbit_values(result: Any, metric: str | None = None, *, subset: Any = None) 
         NotFoundError: no such metric; ValueError: the metric has extra dims (e.g. per-pixel
             maps) or is a per-sample state.
     """
-    from ..analysis.nero import metric_result
+    from ..analysis.consensus import metric_result
     from ..results.result import subset_mask
 
     metric = metric or result.primary_metric()
