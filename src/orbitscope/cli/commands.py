@@ -119,7 +119,7 @@ def _print_summary(results: list[Any]) -> None:
                       ident, f"{s['mean']:.3f}", f"{s['worst']:.3f} ({where})")
     console.print(table)
     for r in results:
-        run = escape(str(r.attrs.get("run_id") or r.attrs.get("model_name", "")))
+        run = escape(str(r.attrs.get("run_name") or r.attrs.get("run_id") or r.attrs.get("model_name", "")))
         try:
             sentence = invariance_test(r).sentence()
         except ValueError as exc:  # e.g. an orbit of one element, or no sample with every value defined
@@ -362,6 +362,12 @@ def demo(
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
+        for row in result.comparisons.get(case, []):
+            if row["metric"] == "correct":
+                console.print(f"  {row['verdict']}", highlight=False)
+        for row in result.checks.get(case, []):
+            console.print(f"  gate ({'pass' if row['passed'] else 'FAIL'}) {row['model']}: {row['reason']}",
+                          highlight=False)
     if detection:
         for part, rows in det.summaries.items():
             console.rule(f"detection: {part}")

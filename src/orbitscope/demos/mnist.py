@@ -230,7 +230,7 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[
     names = list(case.models)
     results = [r.result for r in runs]
     files = {
-        f"{case.name} accuracy plot": save_figure(nero_plot(results[:2], "correct", labels=names[:2]),
+        f"{case.name} accuracy plot": save_figure(nero_plot(results[:2], "correct", labels=names[:2], compare=True),
                                                   folder / "nero_accuracy_polar.png"),
         f"{case.name} confidence plot": save_figure(nero_plot(results[:2], "confidence", labels=names[:2]),
                                                     folder / "nero_confidence_polar.png"),
@@ -241,7 +241,8 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[
         pair = [results[names.index(a)], results[names.index(b)]]
         for metric, what in (("correct", "accuracy"), ("confidence", "confidence")):
             files[f"{case.name} {what} plot {a} vs {b}"] = save_figure(
-                nero_plot(pair, metric, labels=[a, b]), folder / f"nero_{what}_polar_{a}_vs_{b}.png")
+                nero_plot(pair, metric, labels=[a, b], compare=metric == "correct"),
+                folder / f"nero_{what}_polar_{a}_vs_{b}.png")
     rows = [{**row, "run": run.run_id} for row, run in zip(summary, runs)]
     files[f"{case.name} summary"] = write_csv(rows, folder / "summary.csv")
     files[f"{case.name} comparisons"] = write_csv(comparisons, folder / "comparisons.csv")
