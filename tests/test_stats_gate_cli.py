@@ -144,7 +144,7 @@ def test_check_a_stored_run_against_a_baseline_run(tmp_path, runs):
     assert json.loads(report.read_text()) == json.loads(direct.to_json())
     cases = _cases(junit)
     assert cases["invariance"] is None and cases["regression"] is not None
-    assert direct.checks[1].reason in res.output and "drop below symmetric" in res.output
+    assert direct.checks[1].reason in res.output and "drop against symmetric" in res.output
     # against itself nothing regresses
     same = runner.invoke(app, ["check", "upright", "--baseline", "upright", "--max-drop", "0.6", "--home", str(home)])
     assert same.exit_code == 0, same.output
@@ -162,7 +162,7 @@ def test_check_model_specs_against_stored_runs(nets, runs):
                               str(nets / "symmetric.safetensors"), "--data", DATA, "--orbit", ROTATIONS,
                               "--max-drop", "0.6", "--max-regression", "0.05", "--home", str(home)])
     assert res.exit_code == 1, res.output
-    assert "pass invariance" in res.output and "FAIL regression: drop below symmetric" in res.output
+    assert "pass invariance" in res.output and "FAIL regression: drop against symmetric" in res.output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -184,7 +184,9 @@ def test_check_bad_input_exits_2_with_a_message(runs, nets, args, message):
     assert "error:" in res.output and message in _text(res) and "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("where, k", [(["--orbit", "rotation:0:360:5"], 72), (["--orbit", "so3:50"], 50),
+# K counts distinct elements besides the reference: 0°…360° by 5° has 72 distinct angles (360° is 0°), of
+# which 71 are tested; so3:50 has no identity, so its first rotation is the reference
+@pytest.mark.parametrize("where, k", [(["--orbit", "rotation:0:360:5"], 71), (["--orbit", "so3:50"], 49),
                                       (["--elements", "7"], 7)])
 def test_plan_matches_plan_samples(where, k):
     res = runner.invoke(app, ["plan", "--delta", "0.05", *where, "--accuracy", "0.95"])
@@ -253,3 +255,13 @@ def test_plot_passes_the_band_choice_to_nero_plot(tmp_path, runs, monkeypatch, f
                               *flag])
     assert res.exit_code == 0, res.output
     assert seen["simultaneous"] is expected and seen["variable"] == "correct" and seen["n"] == 2
+
+
+def test_the_closed_form_plan_by_hand():
+    """K = 72, identity accuracy 0.95, a drop of 0.05, no tolerance: σ² = 0.95·0.05 + 0.90·0.10 =
+    0.1375, z = Φ⁻¹(1 − 0.05/144) + Φ⁻¹(0.8) = 3.3918 + 0.8416, n = ⌈(4.2334 · 0.37081 / 0.05)²⌉ = ⌈985.7⌉ = 986;
+    with the tolerance 0.02 the effective drop is 0.03."""
+    plan = plan_samples(0.05, elements=72, accuracy=0.95, max_drop=0.0)
+    assert plan.sd == pytest.approx(0.370810, abs=1e-6)
+    assert plan.n == 986
+    assert plan_samples(0.05, elements=72, accuracy=0.95).n == pytest.approx(plan.n * (0.05 / 0.03) ** 2, rel=0.01)

@@ -350,3 +350,26 @@ def test_planned_sample_size_reaches_the_planned_power(max_drop):
                                   repetitions=150, resamples=300, seed=700)
     assert est.repetitions == 150 and est.se == pytest.approx(_se(est.power, 150), abs=1e-12)
     assert _at_least(est.power, plan.power, 150), f"n = {plan.n}: {est.sentence()}"
+
+
+# ------------------------------------------------- (g) orbits without the identity element
+
+def test_an_orbit_without_identity_keeps_the_gate_and_the_test_valid():
+    """No identity (e.g. an SO(3) grid): the reference is the first element, chosen without
+    looking at the values, so an invariant model fails the gate (tolerance 0) and the default
+    test rejects at most α of the time (200 repetitions each: pass ≤ 0.096). Choosing the best
+    element as the reference instead made both reject 40–90 % of the time."""
+    reps = 200
+    rng = np.random.default_rng(900)
+    fails = rejections = 0
+    for r in range(reps):
+        binary = r % 2 == 0
+        z = _latent(rng, N, K, 0.5)
+        x = (z < stats.norm.ppf(0.9)).astype(float) if binary else z
+        ov = _ov(x, binary, identity=None)
+        test = invariance.invariance_test_values(ov, resamples=RESAMPLES, seed=r)
+        rejections += test.p_value <= ALPHA
+        fails += bool(np.any(test.drops.band.lower[test.drops.tested] > 0))
+        assert test.drops.reference == 0 and not test.drops.reference_is_identity
+    assert _at_most(fails / reps, ALPHA, reps), f"gate false failures {fails / reps:.3f}"
+    assert _at_most(rejections / reps, ALPHA, reps), f"test size {rejections / reps:.3f}"

@@ -23,6 +23,7 @@ import typer
 from rich.markup import escape
 
 from .common import HomeOption, TrustOption, console, err_console, evaluate_spec
+from ..stats.gate import DEFAULT_MAX_DROP
 
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..results.result import OrbitResult
@@ -45,6 +46,8 @@ class SubjectOptions:
     batch_size: int
     home: Path | None
     trust: bool
+    device: str = "cpu"
+    view_size: int | None = None
 
 
 def stored_run(ref: str, home: Path | None, role: str) -> "OrbitResult | None":
@@ -90,7 +93,8 @@ def evaluate_subject(ref: str, weights: Path | None, options: SubjectOptions, ro
                          "(`orbitscope runs list` shows them)")
     run = evaluate_spec(ref, options.data, options.orbit, task_kind=options.task_kind or "classification",
                         weights=weights, home=options.home, batch_size=options.batch_size,
-                        normalize=options.normalize, trust=options.trust)
+                        normalize=options.normalize, trust=options.trust, device=options.device,
+                        view_size=options.view_size)
     return run.result
 
 
@@ -125,8 +129,11 @@ def check_command(
                                            "a stored run, or a model spec evaluated on the same --data and --orbit."),
     baseline_weights: Optional[Path] = typer.Option(None, "--baseline-weights", help="Weights for a factory "
                                                     "--baseline."),
-    max_drop: float = typer.Option(0.02, "--max-drop", min=0.0, help="Largest allowed drop of the metric from the "
-                                   "identity at any orbit element (metric units, e.g. 0.02 accuracy)."),
+    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", min=0.0, help="Largest allowed drop of the "
+                                   "metric from the identity at any orbit element (metric units, e.g. 0.02 "
+                                   "accuracy)."),
+    invariance: bool = typer.Option(True, "--invariance/--no-invariance", help="Check the drop from the identity "
+                                    "(--no-invariance with --baseline: the regression check only)."),
     max_regression: Optional[float] = typer.Option(None, "--max-regression", min=0.0, help="Largest allowed drop "
                                                    "below the baseline at any element (default: --max-drop)."),
     alpha: float = typer.Option(0.05, "--alpha", help="Family-wise error of each check (over all orbit elements "
@@ -142,6 +149,9 @@ def check_command(
     batch_size: int = typer.Option(256, "--batch-size", min=1, help="Samples per chunk (unit of storage and "
                                    "resumption) for model specs."),
     trust: bool = TrustOption,
+    device: str = typer.Option("cpu", "--device", help="For model specs: where to evaluate, e.g. cpu or cuda."),
+    view_size: Optional[int] = typer.Option(None, "--view-size", help="Detection model specs: the square field of "
+                                            "view (pixels) a window-shift orbit moves over each image."),
 ) -> None:
     """Gate a model on its invariance over an orbit, and optionally on not regressing against a
     baseline, with simultaneous error control over every orbit element.
@@ -169,22 +179,24 @@ def check_command(
         runs = "MODEL and --baseline are stored runs (their" if baseline else "MODEL is a stored run (its"
         raise ValueError(f"{', '.join(given)}: {'these say' if len(given) > 1 else 'this says'} how to evaluate a "
                          f"model spec, but {runs} data and orbit are fixed): drop {'them' if len(given) > 1 else 'it'}")
+    if not invariance and baseline is None:
+        raise ValueError("--no-invariance leaves nothing to check: add --baseline RUN_OR_MODEL for a regression check")
     options = SubjectOptions(data=data, orbit=orbit, task_kind=task_kind, normalize=normalize, batch_size=batch_size,
-                             home=home, trust=trust)
+                             home=home, trust=trust, device=device, view_size=view_size)
     result = model_run if model_run is not None else evaluate_subject(model, weights, options, "MODEL")
     base = base_run
     if baseline is not None and base_run is None:
         base = evaluate_subject(baseline, baseline_weights, options, "--baseline")
     if base is not None:
-        from ..analysis.nero import check_same_samples
-        from ..results.result import check_same_orbit
+        from ..results.result import check_same_orbit, check_same_samples
 
         try:
             check_same_orbit(result, base)
             check_same_samples([result, base])
         except ValueError as exc:
             raise ValueError(f"--baseline {baseline!r} cannot be compared with MODEL {model!r}: {exc}") from None
-    report = check_result(result, max_drop=max_drop, alpha=alpha, baseline=base, max_regression=max_regression,
+    report = check_result(result, max_drop=max_drop if invariance else None, alpha=alpha, baseline=base,
+                          max_regression=max_regression if max_regression is not None else max_drop,
                           metric=metric, mode=mode)
     print_report(report, mode)
     for path, text in ((junit, report.to_junit), (json_path, report.to_json)):
@@ -197,12 +209,12 @@ def check_command(
 
 
 def orbit_elements_tested(orbit: str) -> int:
-    """K, the elements a check tests on the orbit spec ``orbit``: its size less the identity
-    (the reference of every drop) when it has one, else its size."""
+    """K, the elements a check tests on the orbit spec ``orbit``: its distinct elements less the
+    reference's (the identity, or the first element; 0° and 360° count once)."""
     from ..group.parse import parse_orbit
+    from ..stats.planning import tested_elements
 
-    orb = parse_orbit(orbit)
-    return orb.size - 1 if orb.identity_index() is not None else orb.size
+    return tested_elements(parse_orbit(orbit))
 
 
 def plan_command(
@@ -217,7 +229,7 @@ def plan_command(
                                        "drop from the identity."),
     pilot: Optional[str] = typer.Option(None, "--pilot", help="A stored pilot run (id, prefix or name): σ and K are "
                                         "measured on it."),
-    max_drop: float = typer.Option(0.0, "--max-drop", min=0.0, help="The tolerance `orbitscope check --max-drop` "
+    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", min=0.0, help="The tolerance `orbitscope check --max-drop` "
                                    "will allow."),
     alpha: float = typer.Option(0.05, "--alpha", help="Family-wise error of the check."),
     power: float = typer.Option(0.8, "--power", help="Probability of detecting the drop."),

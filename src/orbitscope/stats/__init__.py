@@ -7,8 +7,9 @@ end-point error, point-cloud accuracy); the correlation between elements is kept
 resampling or permuting whole samples.
 
 * :func:`simultaneous_band`: a band covering every element at once (sup-t bootstrap);
-* :func:`invariance_test`: Cochran's Q / Friedman / permutation, with the largest drop from the
-  identity and its simultaneous interval;
+* :func:`invariance_test`: the studentized sup-t bootstrap test (or, assuming exchangeable
+  elements, Cochran's Q / Friedman / permutation), with the largest drop from the identity and
+  its simultaneous interval;
 * :func:`compare_models`: exact McNemar or paired t per element, Holm / max-T / FDR across;
 * :func:`plan_samples`, :func:`plan_from_pilot`, :func:`simulate_power`: how many samples;
 * :func:`check_result`: the gate behind ``orbitscope check`` and :mod:`orbitscope.testing`.

@@ -45,7 +45,7 @@ from ..results.intervals import wilson_interval
 from .values import OrbitValues, orbit_values
 
 __all__ = ["Band", "sup_t_band", "sup_t_critical", "bootstrap_maxima", "difference_band", "difference_scale",
-           "difference_test", "band_of", "bootstrap_weights", "simultaneous_band",
+           "difference_test", "studentized_maxima", "band_of", "bootstrap_weights", "simultaneous_band",
            "DEFAULT_RESAMPLES", "band_method"]
 
 #: Bootstrap resamples per band (the quantile's Monte-Carlo error at 0.95 is about ±0.5 % in level).
@@ -185,17 +185,51 @@ def sup_t_band(values: np.ndarray, *, binary: bool = False, level: float = 0.95,
     return Band(mean=mean, lower=lower, upper=upper, critical=c, level=level, resamples=resamples, binary=binary)
 
 
+def studentized_maxima(differences: np.ndarray, *, from_binary: bool, resamples: int, seed: int,
+                       use: np.ndarray | None = None) -> np.ndarray:
+    """max_k |d̄*_k − d̄_k| / σ*_k over bootstrap resamples of the rows, with each resample's own
+    standard error σ*_k (the *studentized* bootstrap: it carries the t tails and the skewness of
+    the differences, which a fixed σ does not), over the columns in ``use`` (default: all with
+    a positive standard error). Zeros when no column is used or n < 2."""
+    d = np.asarray(differences, dtype=np.float64)
+    ok = ~np.isnan(d)
+    x = np.where(ok, d, 0.0)
+    n_rows = d.shape[0]
+    n, mean, scale = difference_scale(d, from_binary=from_binary)
+    cols = (np.isfinite(scale) & (scale > 0)) if use is None else (np.asarray(use, bool) & np.isfinite(scale))
+    if not cols.any() or n_rows < 2:
+        return np.zeros(resamples)
+    x, okf, mean = x[:, cols], ok[:, cols].astype(np.float64), mean[cols]
+    x2 = x * x
+    rng = np.random.default_rng(seed)
+    maxima = np.empty(resamples)
+    for start in range(0, resamples, _BLOCK):
+        w = bootstrap_weights(n_rows, min(_BLOCK, resamples - start), rng)
+        cnt = w @ okf
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m = (w @ x) / cnt
+            var = ((w @ x2) - cnt * m * m) / (cnt - 1)
+            if from_binary:
+                var = np.maximum(var, 1.0 / np.maximum(cnt, 1))
+            t = np.abs(m - mean) / np.sqrt(np.maximum(var, 0.0) / cnt)
+        maxima[start:start + w.shape[0]] = np.max(np.where(np.isfinite(t), t, 0.0), axis=1)
+    return maxima
+
+
 def difference_band(differences: np.ndarray, *, from_binary: bool, level: float = 0.95,
                     resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Band:
     """A simultaneous band for the column means of per-sample *differences* (paired: one metric
-    minus another on the same samples), mean ± t_{n_k − 1}(Φ(c)) · σ_k (the Student-t interval at
-    the sup-t level, as in :func:`sup_t_band`). For differences of 0/1 values the variance
-    is floored at 1/n (one discordant pair), so that an element with no discordant pair still
-    has a non-zero width."""
+    minus another on the same samples): d̄_k ± c·σ_k with c the ``level`` quantile of the
+    studentized bootstrap maxima (:func:`studentized_maxima`), at least the pointwise Student-t
+    quantile. For differences of 0/1 values the variance is floored at 1/n (one discordant
+    pair), so that an element with no discordant pair still has a non-zero width; a real
+    column that does not vary has zero width."""
     d = np.asarray(differences, dtype=np.float64)
     n, mean, scale = difference_scale(d, from_binary=from_binary)
-    c = sup_t_critical(d, scale, level=level, resamples=resamples, seed=seed)
-    half = np.where(n > 1, _t_critical(c, n) * scale, np.inf)
+    maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed)
+    floor = float(stats.t.ppf(0.5 + level / 2, max(int(np.nanmax(n, initial=2)) - 1, 1)))
+    c = max(floor, float(np.quantile(maxima, level, method="higher")))
+    half = np.where(n > 1, c * scale, np.inf)
     return Band(mean=mean, lower=mean - half, upper=mean + half, critical=c, level=level, resamples=resamples,
                 binary=False)
 
@@ -212,24 +246,24 @@ def difference_scale(differences: np.ndarray, *, from_binary: bool) -> tuple[np.
 
 def difference_test(differences: np.ndarray, *, from_binary: bool, resamples: int = DEFAULT_RESAMPLES,
                     seed: int = 0) -> tuple[float, float]:
-    """The sup-t bootstrap test that every column of paired differences has mean 0: ``(T, p)``.
-
-    T = max_k of |d̄_k| / σ_k moved to the normal scale through its Student-t distribution with
-    n_k − 1 df (so that it is on the scale of :func:`difference_band`'s critical value), and
-    p = (1 + #{M* ≥ T}) / (1 + B) over the band's bootstrap maxima M* (same seed, same draws):
-    p ≤ α exactly when the simultaneous 1 − α band excludes 0 at some element (up to the
-    quantile's discreteness). Valid whatever the correlation between elements (no
-    exchangeability needed), asymptotically in n."""
+    """The studentized sup-t bootstrap test that every column of paired differences has mean 0:
+    ``(T, p)`` with T = max_k |d̄_k| / σ_k and p = (1 + #{T* ≥ T}) / (1 + B) over the same
+    bootstrap maxima T* as :func:`difference_band` (same seed, same draws), so p ≤ α exactly
+    when the simultaneous 1 − α band excludes 0 at some element (up to the quantile's
+    discreteness and the band's pointwise floor). A column that does not vary but is not 0
+    (every sample drops by the same amount) is infinitely significant (p = 1 / (1 + B)). Valid
+    whatever the correlation between elements (no exchangeability needed), asymptotically in n."""
     d = np.asarray(differences, dtype=np.float64)
     n, mean, scale = difference_scale(d, from_binary=from_binary)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.abs(mean) / scale
-    ok = np.isfinite(t) & (n > 1) & (scale > 0)
-    if not ok.any():
+    if d.shape[1] == 0 or not (n > 1).any():
         return 0.0, 1.0
-    z = stats.norm.isf(np.clip(stats.t.sf(t[ok], n[ok] - 1), 1e-300, 0.5))
-    observed = float(np.max(z))
-    maxima = bootstrap_maxima(d, scale, resamples=resamples, seed=seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(scale > 0, np.abs(mean) / scale, np.where(np.abs(mean) > 0, np.inf, 0.0))
+    t = np.where((n > 1) & np.isfinite(mean), t, 0.0)
+    observed = float(np.max(t))
+    if not np.isfinite(observed):
+        return observed, 1.0 / (1 + resamples)
+    maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed)
     return observed, float((1 + np.sum(maxima >= observed - 1e-12)) / (1 + resamples))
 
 
@@ -242,12 +276,13 @@ def simultaneous_band(result: Any, metric: str | None = None, *, level: float = 
     attrs ``method``, ``critical`` (c), ``level``, ``n``, ``variable``. Bounded metrics are
     clipped to [0, 1] as the pointwise band is.
     """
+    from ..analysis.consensus import metric_result
     from ..results.result import aggregate
 
     ov = orbit_values(result, metric, subset=subset)
     band = band_of(ov, level=level, resamples=resamples, seed=seed)
-    res = result
-    point = aggregate(_metric_source(res, ov.metric), ov.metric, level=level, subset=subset)
+    res = metric_result(result, ov.metric)  # with the consensus variables when the metric is one of them
+    point = aggregate(res, ov.metric, level=level, subset=subset)
     lower, upper = band.lower, band.upper
     if res.meta(ov.metric).bounded:
         lower, upper = np.clip(lower, 0, 1), np.clip(upper, 0, 1)
@@ -263,9 +298,3 @@ def simultaneous_band(result: Any, metric: str | None = None, *, level: float = 
 def band_of(ov: OrbitValues, *, level: float = 0.95, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Band:
     """:func:`sup_t_band` of an :class:`OrbitValues`."""
     return sup_t_band(ov.values, binary=ov.binary, level=level, resamples=resamples, seed=seed)
-
-
-def _metric_source(result: Any, metric: str) -> Any:
-    from ..analysis.consensus import metric_result
-
-    return metric_result(result, metric)

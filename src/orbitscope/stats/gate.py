@@ -32,11 +32,13 @@ import numpy as np
 
 from .bands import DEFAULT_RESAMPLES
 from .invariance import Drops, invariance_test_values, orbit_drops
-from .values import orbit_values
+from .values import orbit_values, result_name
 
-__all__ = ["CheckOutcome", "GateReport", "check_result", "MODES"]
+__all__ = ["CheckOutcome", "GateReport", "check_result", "MODES", "DEFAULT_MAX_DROP"]
 
 MODES = ("evidence", "equivalence")
+#: the tolerance ``orbitscope check --max-drop`` and ``orbitscope plan --max-drop`` assume by default
+DEFAULT_MAX_DROP = 0.02
 
 
 @dataclass(frozen=True)
@@ -104,19 +106,21 @@ def _jsonable(x: Any) -> Any:
 
 
 def _decide(drops: Drops, tolerance: float, mode: str) -> tuple[bool, int, str]:
-    """(passed, the deciding element, why) for one drop band."""
-    band = drops.band
+    """(passed, the deciding element, why) for one drop band, over the tested elements (the
+    reference's own copies, whose drop is 0 by construction, are skipped)."""
+    band, tested = drops.band, drops.tested
+    total = int(tested.sum())
     if mode == "evidence":
-        over = np.flatnonzero(band.lower > tolerance)
-        if over.size:
+        over = np.flatnonzero(tested & (band.lower > tolerance))
+        if over.size:  # the element with the strongest evidence (the largest lower bound)
             k = int(over[np.argmax(band.lower[over])])
-            return False, k, f"{over.size} of {band.mean.size} elements significantly above it"
+            return False, k, f"{over.size} of {total} elements significantly above it"
         return True, drops.worst, "no element significantly above it"
     if mode == "equivalence":
-        over = np.flatnonzero(~(band.upper <= tolerance))
-        if over.size:
+        over = np.flatnonzero(tested & ~(band.upper <= tolerance))
+        if over.size:  # the element furthest from being shown within
             k = int(over[np.argmax(np.where(np.isfinite(band.upper[over]), band.upper[over], np.inf))])
-            return False, k, f"{over.size} of {band.mean.size} elements not shown within it"
+            return False, k, f"{over.size} of {total} elements not shown within it"
         return True, drops.worst, "every element shown within it"
     raise ValueError(f"unknown mode {mode!r}; use {' or '.join(MODES)}")
 
@@ -128,17 +132,18 @@ def _outcome(name: str, drops: Drops, tolerance: float, mode: str, what: str, le
     d, lo, hi = float(band.mean[k]), float(band.lower[k]), float(band.upper[k])
     verb = {("evidence", True): "not significantly above", ("evidence", False): "significantly above",
             ("equivalence", True): "shown within", ("equivalence", False): "not shown within"}[(mode, passed)]
-    reason = (f"{what} of {ov.label} {d:.3f} at {where} (simultaneous {level:.0%} interval {lo:.3f} to {hi:.3f}) "
-              f"{verb} the allowed {tolerance:g}; {why} ({mode} mode, {ov.n_samples} samples × {ov.n_elements} "
-              "elements)")
+    worse = "worsening" if ov.lower_is_better else "drop"
+    reason = (f"{what.replace('drop', worse, 1)} of {ov.label} {d:.3f} at {where} (simultaneous {level:.0%} "
+              f"interval {lo:.3f} to {hi:.3f}) {verb} the allowed {tolerance:g}; {why} ({mode} mode, "
+              f"{ov.n_samples} samples × {int(drops.tested.sum())} elements tested)")
     return CheckOutcome(name=name, passed=passed, reason=reason, details={
         "metric": ov.metric, "mode": mode, "tolerance": tolerance, "level": level, "at": ov.where(k),
         "drop": d, "lower": lo, "upper": hi, "max_drop": drops.max_drop, "max_drop_at": ov.where(drops.worst),
         "max_drop_interval": list(drops.max_drop_interval), "reference": drops.reference_text,
-        "samples": ov.n_samples, "elements": ov.n_elements, "critical_value": band.critical})
+        "samples": ov.n_samples, "elements": int(drops.tested.sum()), "critical_value": band.critical})
 
 
-def check_result(result: Any, *, max_drop: float | None = 0.02, alpha: float = 0.05, baseline: Any = None,
+def check_result(result: Any, *, max_drop: float | None = DEFAULT_MAX_DROP, alpha: float = 0.05, baseline: Any = None,
                  max_regression: float | None = None, metric: str | None = None, mode: str = "evidence",
                  resamples: int = DEFAULT_RESAMPLES, seed: int = 0, name: str | None = None) -> GateReport:
     """Run the gate on an evaluated result (see the module docstring).
@@ -178,7 +183,7 @@ def check_result(result: Any, *, max_drop: float | None = 0.02, alpha: float = 0
         vb = orbit_values(baseline, ov.metric)
         tolerance = max_regression if max_regression is not None else (max_drop if max_drop is not None else 0.0)
         drops = orbit_drops(ov, level=level, resamples=resamples, seed=seed, against=vb)
-        base = str(baseline.attrs.get("run_name") or baseline.attrs.get("model_name") or "the baseline")
-        checks.append(_outcome("regression", drops, tolerance, mode, f"drop below {base}", level))
-    model = name or str(result.attrs.get("run_name") or result.attrs.get("model_name") or "model")
+        base = result_name(baseline, "the baseline")
+        checks.append(_outcome("regression", drops, tolerance, mode, f"drop against {base}", level))
+    model = name or result_name(result, "model")
     return GateReport(model=model, checks=checks)

@@ -2,10 +2,10 @@
 
 H0: the metric's mean is the same at every orbit element.
 
-* default (``method="auto"`` = ``"sup-t"``): the **sup-t bootstrap test** on the per-sample
-  contrasts d_k = q_identity − q_k (against the orbit's mean when it has no identity), T =
-  max_k |d̄_k| / σ_k, referred to the bootstrap distribution of the same maximum
-  (:func:`~orbitscope.stats.bands.difference_test`). It needs no exchangeability between
+* default (``method="auto"`` = ``"sup-t"``): the **studentized sup-t bootstrap test** on the
+  per-sample contrasts d_k = q_reference − q_k (the reference as for the drops below), T =
+  max_k |d̄_k| / σ_k, referred to the bootstrap distribution of the same maximum with each
+  resample's own σ*_k (:func:`~orbitscope.stats.bands.difference_test`). It needs no exchangeability between
   elements, so it holds when nearby elements are correlated (as nearby angles are), and it
   rejects at α exactly when the simultaneous 1 − α drop band below excludes 0 somewhere. Its
   p-value's resolution is 1 / (B + 1) with B bootstrap resamples.
@@ -25,8 +25,10 @@ The effect size is the **largest drop from the identity**: d_k = q_identity − 
 (q: the metric oriented so that higher is better), its mean per element with a simultaneous
 band (:func:`~orbitscope.stats.bands.difference_band`), and the largest mean drop with the
 interval [max_k lower_k, max_k upper_k], which holds whenever the band does. Orbits without the
-identity (e.g. a near-uniform SO(3) grid) take the best element as the reference and say so
-(the interval is then optimistic, since the reference was picked from the data).
+identity (e.g. a near-uniform SO(3) grid) take their first element as the reference, a choice
+made without looking at the values (choosing the best element instead would bias every drop
+upwards and fail invariant models). Elements equal to the reference as group elements (360°
+for 0°) are not tested: their drop is 0 by construction.
 """
 
 from __future__ import annotations
@@ -120,20 +122,26 @@ METHODS = ("sup-t", "cochran", "friedman", "permutation")
 @dataclass(frozen=True)
 class Drops:
     """Per-element drop from the reference element, with a simultaneous band (flat vectors in
-    the metric's units, positive = worse than the reference)."""
+    the metric's units, positive = worse than the reference). ``excluded`` marks the elements
+    that are the reference itself as a group element (the reference, and e.g. 360° for 0°):
+    their drop is 0 by construction, their band is [0, 0], and checks and counts skip them."""
 
     band: Band
     reference: int
     reference_is_identity: bool
     values: OrbitValues = field(repr=False)
+    excluded: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, bool))
+
+    @property
+    def tested(self) -> np.ndarray:
+        """Boolean mask of the elements whose drop is tested (all but ``excluded``)."""
+        return ~self.excluded if self.excluded.size else np.ones(self.band.mean.size, bool)
 
     @property
     def worst(self) -> int:
-        """The flat index of the largest mean drop (never the reference itself when there are others)."""
-        mean = np.array(self.band.mean, dtype=np.float64)
-        if 0 <= self.reference < mean.size and mean.size > 1:
-            mean[self.reference] = -np.inf
-        return int(np.nanargmax(np.where(np.isnan(mean), -np.inf, mean)))
+        """The flat index of the largest mean drop among the tested elements."""
+        mean = np.where(self.tested & ~np.isnan(self.band.mean), self.band.mean, -np.inf)
+        return int(np.argmax(mean))
 
     @property
     def max_drop(self) -> float:
@@ -141,21 +149,24 @@ class Drops:
 
     @property
     def max_drop_interval(self) -> tuple[float, float]:
-        """[max_k lower_k, max_k upper_k]: holds for the largest true drop whenever the band holds."""
-        return float(np.nanmax(self.band.lower)), float(np.nanmax(self.band.upper))
+        """[max_k lower_k, max_k upper_k] over the tested elements: holds for the largest true
+        drop whenever the band holds."""
+        t = self.tested
+        return float(np.nanmax(self.band.lower[t])), float(np.nanmax(self.band.upper[t]))
 
     @property
     def reference_text(self) -> str:
         if self.reference < 0:
             return "the baseline at the same element"
         where = self.values.where_text(self.reference)
-        return "the identity" if self.reference_is_identity else f"the best element ({where})"
+        return "the identity" if self.reference_is_identity else f"the orbit's first element ({where})"
 
 
 def orbit_drops(ov: OrbitValues, *, level: float = 0.95, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                 against: OrbitValues | None = None) -> Drops:
-    """The drop of each element from the identity (or, with ``against``, from the *same
-    element* of another model on the same samples: a regression), with a simultaneous band."""
+    """The drop of each element from the identity (from the orbit's first element when it has
+    no identity; or, with ``against``, from the *same element* of another model on the same
+    samples: a regression), with a simultaneous band."""
     q = ov.quality()
     if against is not None:
         if against.values.shape != ov.values.shape:
@@ -163,14 +174,17 @@ def orbit_drops(ov: OrbitValues, *, level: float = 0.95, resamples: int = DEFAUL
                              "compare models on the same samples and orbit")
         diffs = against.quality() - q
         ref, is_identity = -1, False
+        excluded = np.zeros(ov.n_elements, bool)
     else:
-        if ov.identity is not None:
-            ref, is_identity = ov.identity, True
-        else:
-            ref, is_identity = int(np.nanargmax(np.nanmean(q, axis=0))), False
+        ref, is_identity = ov.reference()
+        excluded = ov.same_as(ref) if ov.n_elements > 1 else np.zeros(1, bool)
         diffs = q[:, [ref]] - q
     band = difference_band(diffs, from_binary=ov.binary, level=level, resamples=resamples, seed=seed)
-    return Drops(band=band, reference=ref, reference_is_identity=is_identity, values=ov)
+    if excluded.any():
+        band = Band(mean=np.where(excluded, 0.0, band.mean), lower=np.where(excluded, 0.0, band.lower),
+                    upper=np.where(excluded, 0.0, band.upper), critical=band.critical, level=band.level,
+                    resamples=band.resamples, binary=band.binary)
+    return Drops(band=band, reference=ref, reference_is_identity=is_identity, values=ov, excluded=excluded)
 
 
 @dataclass(frozen=True)
@@ -272,14 +286,9 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
     drops = orbit_drops(ov, level=level, resamples=resamples, seed=seed)
     complete = int((~np.isnan(ov.values).any(axis=1)).sum())
     resolution = 0.0
-    if chosen == "sup-t":  # contrasts with the identity (the drop band's), else with the orbit's mean
+    if chosen == "sup-t":  # the drop band's contrasts, without the reference's own copies
         q = ov.quality()
-        if drops.reference_is_identity:
-            contrasts = q[:, [drops.reference]] - q
-            contrasts = np.delete(contrasts, drops.reference, axis=1)
-        else:
-            with np.errstate(invalid="ignore"):
-                contrasts = np.nanmean(q, axis=1, keepdims=True) - q
+        contrasts = (q[:, [drops.reference]] - q)[:, drops.tested]
         stat, p = difference_test(contrasts, from_binary=ov.binary, resamples=resamples, seed=seed)
         df, name, resolution = contrasts.shape[1], "sup-t bootstrap test", 1 / (resamples + 1)
         n_used, left = ov.n_samples, 0

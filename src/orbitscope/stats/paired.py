@@ -35,7 +35,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from .values import OrbitValues, element_noun, orbit_values
+from .values import OrbitValues, element_noun, orbit_values, result_name
 
 __all__ = ["PairedComparison", "compare_models", "compare_values", "mcnemar_exact", "paired_t", "holm", "bonferroni",
            "benjamini_hochberg", "maxt_stepdown", "CORRECTIONS"]
@@ -64,7 +64,7 @@ def paired_t(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.where(ok, d, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = x.sum(0) / n
-        sd = np.sqrt(np.where(ok, d - mean, 0.0).__pow__(2).sum(0) / np.maximum(n - 1, 1))
+        sd = np.sqrt((np.where(ok, d - mean, 0.0) ** 2).sum(0) / np.maximum(n - 1, 1))
         t = mean / (sd / np.sqrt(n))
     p = 2 * stats.t.sf(np.abs(t), np.maximum(n - 1, 1))
     p = np.where(sd > 0, p, np.where(mean != 0, 0.0, 1.0))
@@ -181,11 +181,6 @@ class PairedComparison:
                                  "alpha": self.alpha, "error_rate": self.error_rate, "correction": self.correction})
 
 
-def _name(result: Any, fallback: str) -> str:
-    a = result.attrs
-    return str(a.get("run_name") or a.get("model_name") or fallback)
-
-
 def compare_models(a: Any, b: Any, metric: str | None = None, *, alpha: float = 0.05, correction: str = "holm",
                    names: tuple[str, str] | None = None, permutations: int = 2000, seed: int = 0) -> PairedComparison:
     """Compare model A's result with model B's on the same samples and orbit (see the module
@@ -206,7 +201,7 @@ def compare_models(a: Any, b: Any, metric: str | None = None, *, alpha: float = 
     check_same_samples([a, b])
     metric = metric or a.primary_metric()
     va, vb = orbit_values(a, metric), orbit_values(b, metric)
-    names = names or (_name(a, "A"), _name(b, "B"))
+    names = names or (result_name(a, "A"), result_name(b, "B"))
     if names[0] == names[1]:
         names = (f"{names[0]} (A)", f"{names[1]} (B)")
     return compare_values(va, vb, alpha=alpha, correction=correction, names=names, permutations=permutations, seed=seed)

@@ -31,10 +31,11 @@ import numpy as np
 from scipy import stats
 
 from .bands import difference_band
+from .gate import DEFAULT_MAX_DROP
 from .simulate import correlated_orbit
 from .values import orbit_values
 
-__all__ = ["SamplePlan", "plan_samples", "plan_from_pilot", "simulate_power", "PowerEstimate"]
+__all__ = ["SamplePlan", "plan_samples", "plan_from_pilot", "simulate_power", "PowerEstimate", "tested_elements"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class SamplePlan:
 
     def sentence(self) -> str:
         return (f"{self.n} samples detect a drop of {self.delta:g} (above a tolerance of {self.max_drop:g}) at any of "
-                f"{self.elements} orbit elements with power {self.power:g} and family-wise α = {self.alpha:g} "
+                f"{self.elements} orbit elements with power {self.power:.6g} and family-wise α = {self.alpha:g} "
                 f"({self.method}; σ of a sample's drop = {self.sd:.4g})")
 
 
@@ -71,14 +72,15 @@ def _n(sd: float, delta: float, max_drop: float, elements: int, alpha: float, po
     return max(2, int(math.ceil((z * sd / (delta - max_drop)) ** 2)))
 
 
-def plan_samples(delta: float, *, elements: int, alpha: float = 0.05, power: float = 0.8, max_drop: float = 0.0,
+def plan_samples(delta: float, *, elements: int, alpha: float = 0.05, power: float = 0.8,
+                 max_drop: float = DEFAULT_MAX_DROP,
                  accuracy: float | None = None, sd: float | None = None) -> SamplePlan:
     """Samples needed to detect a drop ``delta`` at any of ``elements`` orbit elements.
 
     Args:
         delta: the true drop to detect, in the metric's units (e.g. 0.05 accuracy).
         elements: K, the orbit elements tested (besides the identity).
-        max_drop: the tolerance the check allows (``orbitscope check --max-drop``).
+        max_drop: the tolerance the check allows (``orbitscope check --max-drop``; the same default).
         accuracy: for accuracy: the accuracy at the identity (σ under uncorrelated outcomes).
         sd: for any metric: the standard deviation of one sample's drop (instead of ``accuracy``).
     """
@@ -101,21 +103,37 @@ def plan_samples(delta: float, *, elements: int, alpha: float = 0.05, power: flo
 
 
 def plan_from_pilot(result: Any, delta: float, *, metric: str | None = None, alpha: float = 0.05, power: float = 0.8,
-                    max_drop: float = 0.0) -> SamplePlan:
+                    max_drop: float = DEFAULT_MAX_DROP) -> SamplePlan:
     """:func:`plan_samples` with σ measured on a pilot run: the largest per-element standard
-    deviation of the drop from the identity (or the best element when there is none)."""
+    deviation of the drop from the reference (the identity, else the orbit's first element),
+    over the elements the check tests."""
     ov = orbit_values(result, metric)
-    q = ov.quality()
-    ref = ov.identity if ov.identity is not None else int(np.nanargmax(np.nanmean(q, axis=0)))
-    d = q[:, [ref]] - q
-    sd = float(np.nanmax(np.nanstd(np.delete(d, ref, axis=1), axis=0, ddof=1)))
-    elements = ov.n_elements - 1
+    ref, _ = ov.reference()
+    tested = ~ov.same_as(ref)
+    elements = int(tested.sum())
     _check(delta, max_drop, elements, alpha, power)
+    q = ov.quality()
+    d = (q[:, [ref]] - q)[:, tested]
+    with np.errstate(invalid="ignore"):
+        sds = np.nanstd(d, axis=0, ddof=1) if d.shape[0] > 1 else np.full(d.shape[1], np.nan)
+    sd = float(np.nanmax(sds)) if np.isfinite(sds).any() else float("nan")
     if not sd > 0:
-        raise ValueError("the pilot's drops do not vary (every sample scores the same at every element): give sd")
+        raise ValueError("the pilot's drops do not vary (every sample scores the same at every element), or the pilot "
+                         "has fewer than two samples: give sd (the standard deviation of one sample's drop)")
     return SamplePlan(n=_n(sd, delta, max_drop, elements, alpha, power), delta=delta, max_drop=max_drop,
                       elements=elements, alpha=alpha, power=power, sd=sd,
                       method=f"closed form, σ measured on a pilot of {ov.n_samples} samples ({ov.metric})")
+
+
+def tested_elements(orbit: Any) -> int:
+    """K for an orbit: its distinct elements, less the reference's class (the identity, or the
+    first element when there is none; 0° and 360° count once)."""
+    from ..group.elements import unique_elements
+
+    reps = unique_elements(orbit.transforms())
+    ref = orbit.identity_index()
+    ref = 0 if ref is None else int(ref)
+    return int(np.unique(reps[reps != reps[ref]]).size)
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,7 @@ class PowerEstimate:
         return f"simulated power {self.power:.3f} ± {self.se:.3f} (Monte-Carlo s.e., {self.repetitions} repetitions)"
 
 
-def simulate_power(n: int, delta: float, *, elements: int, accuracy: float = 0.9, max_drop: float = 0.0,
+def simulate_power(n: int, delta: float, *, elements: int, accuracy: float = 0.9, max_drop: float = DEFAULT_MAX_DROP,
                    alpha: float = 0.05, rho: float = 0.5, repetitions: int = 200, resamples: int = 500,
                    seed: int = 0) -> PowerEstimate:
     """The share of synthetic orbits (identity accuracy ``accuracy``, every other element the

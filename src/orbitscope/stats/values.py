@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import NotFoundError
 
-__all__ = ["OrbitValues", "orbit_values", "element_noun"]
+__all__ = ["OrbitValues", "orbit_values", "element_noun", "element_representatives", "result_name"]
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,13 @@ class OrbitValues:
     Attributes:
         values: ``(n_samples, n_elements)`` float64, NaN where undefined.
         metric: the variable's name; ``label`` its display name with unit.
-        binary: whether values are 0/1 (accuracy-like; Wilson bands, McNemar, Cochran's Q).
+        binary: whether values are 0/1 (accuracy-like: exact binomial bands, McNemar).
         lower_is_better: errors, losses: a *drop* in quality is then an increase in value.
         dims, shape, coords: the orbit's dims, sizes and coordinates per dim.
         identity: the flat index of the identity element, or None when the orbit has none.
         samples: the samples' ids (the result's ``sample`` coordinate).
+        representative: per element, the first element equal to it as a group element (0° and
+            360° are one element), or None when the orbit's elements are not known.
     """
 
     values: np.ndarray
@@ -43,6 +45,7 @@ class OrbitValues:
     coords: dict[str, np.ndarray]
     identity: int | None
     samples: np.ndarray
+    representative: np.ndarray | None = None
 
     @property
     def n_samples(self) -> int:
@@ -70,9 +73,29 @@ class OrbitValues:
         """The values oriented so that higher is better (negated for lower-is-better metrics)."""
         return -self.values if self.lower_is_better else self.values
 
+    def reference(self) -> tuple[int, bool]:
+        """The element drops are measured from, chosen without looking at the values: the
+        identity, else the orbit's first element; and whether it is the identity."""
+        return (self.identity, True) if self.identity is not None else (0, False)
+
+    def same_as(self, k: int) -> np.ndarray:
+        """Boolean mask of the elements that are the same group element as element ``k``
+        (``k`` itself, and e.g. 360° for 0°)."""
+        if self.representative is None:
+            mask = np.zeros(self.n_elements, bool)
+            mask[k] = True
+            return mask
+        return np.asarray(self.representative) == self.representative[k]
+
     def reshape(self, flat: np.ndarray) -> np.ndarray:
         """A per-element vector back in the orbit's shape."""
         return np.asarray(flat).reshape(self.shape)
+
+
+def result_name(result: Any, fallback: str) -> str:
+    """How verdicts and reasons call a result: its run name, else its model name, else ``fallback``."""
+    attrs = result.attrs
+    return str(attrs.get("run_name") or attrs.get("model_name") or fallback)
 
 
 def element_noun(dims: tuple[str, ...], count: int | None = None) -> str:
@@ -126,4 +149,19 @@ def orbit_values(result: Any, metric: str | None = None, *, subset: Any = None) 
     return OrbitValues(values=values, metric=metric, label=meta.display, binary=meta.kind == "binary",
                        lower_is_better=bool(meta.lower_is_better), dims=tuple(dims), shape=shape,
                        coords={d: np.asarray(res.data.coords[d].values) for d in dims}, identity=identity,
-                       samples=samples)
+                       samples=samples, representative=element_representatives(res, values.shape[1]))
+
+
+def element_representatives(result: Any, n_elements: int) -> np.ndarray | None:
+    """Per element of the result's orbit, the first element equal to it
+    (:func:`~orbitscope.group.elements.unique_elements`), or None when the stored orbit cannot
+    be rebuilt or does not match the result's elements."""
+    from ..group.elements import unique_elements
+
+    try:
+        transforms = result.orbit.transforms()
+        if len(transforms) != n_elements:
+            return None
+        return unique_elements(transforms)
+    except Exception:  # noqa: BLE001 - any orbit we cannot rebuild: elements are then taken as distinct
+        return None

@@ -78,7 +78,7 @@ MAX_DROP_COLUMN = "max drop [simultaneous 95% interval]"
 
 
 def _p_column(tests: Sequence[InvarianceTest | str]) -> str:
-    """The p-value column's name, naming the test (e.g. ``"invariance p (Cochran's Q)"``)."""
+    """The p-value column's name, naming the test (e.g. ``"invariance p (sup-t bootstrap test)"``)."""
     method = next((t.method for t in tests if isinstance(t, InvarianceTest)), None)
     return f"invariance p ({method})" if method else "invariance p"
 
@@ -88,7 +88,7 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
     """One row of headline numbers per model (see the module docstring): the headline metric
     (:meth:`~orbitscope.results.OrbitResult.primary_metric`, accuracy for classification) at
     the identity, its orbit mean, worst and best element, the invariance test's p-value (column
-    named by the test, e.g. ``"invariance p (Cochran's Q)"``; a float) and the largest drop from
+    named by the test, e.g. ``"invariance p (sup-t bootstrap test)"``; a float) and the largest drop from
     the identity with its simultaneous 95 % interval (column :data:`MAX_DROP_COLUMN`, text
     ``"0.312 [0.270, 0.350]"``; ``"n/a"`` in both when the test cannot be computed), and the
     non-equivariance of ``metric``.
@@ -318,9 +318,10 @@ def _whole_orbit_section(results: list[OrbitResult], labels: list[str], headline
     out = [f"<h2>Whole-orbit statistics</h2><p class='note'>Statistics over the whole orbit of {name} "
            "(orbitscope.stats): each sample's values at all elements are kept together, so the correlation "
            "between nearby elements is used, and error rates hold over all elements at once.</p>",
-           "<h3>Invariance</h3><p class='note'>H0: the same mean at every orbit element (Cochran's Q for 0/1 "
-           "metrics, Friedman otherwise); the largest drop from the identity comes with its simultaneous 95% "
-           "interval. A large p-value is no proof of invariance: read the interval.</p><ul>"]
+           "<h3>Invariance</h3><p class='note'>H0: the same mean at every orbit element, by the studentized "
+           "sup-t bootstrap test of the contrasts with the identity (valid when nearby elements are correlated); "
+           "the largest drop from the identity comes with its simultaneous 95% interval. A large p-value is no "
+           "proof of invariance: read the interval.</p><ul>"]
     for label, test in zip(labels, tests):
         text = test.sentence() if isinstance(test, InvarianceTest) else f"not computed: {test}"
         out.append(f"<li><b>{html.escape(label)}</b>: {html.escape(text)}</li>")
