@@ -17,7 +17,7 @@ H0: the metric's mean is the same at every orbit element.
   correction; a **permutation test** of Σ_k (m_k − m̄)² permuting each sample's values across
   elements (p = (1 + #{T* ≥ T}) / (1 + B)). All three assume the elements of a sample are
   *exchangeable* under H0 (compound symmetry). Along an orbit they are not: with AR(1)
-  correlation ρ = 0.9 between neighbours they reject a true H0 14–17 % of the time at α = 0.05
+  correlation ρ = 0.9 between neighbours they reject a true H0 13–18 % of the time at α = 0.05
   (``benchmarks/stats_validity.py``, ``tests/test_stats_validity.py``). They are offered for
   comparison with the literature, not as the default.
 
