@@ -33,7 +33,7 @@ from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_sam
                              sample_groups)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
-from .plot import render
+from .plot import SIMULTANEOUS_LAYOUTS, render
 from .reduce_plots import scatter_plotly
 from ..results.result import OrbitResult, dataset_metrics
 from ..stats.invariance import InvarianceTest, format_p, invariance_test
@@ -331,15 +331,21 @@ def _whole_orbit_section(results: list[OrbitResult], labels: list[str], headline
                    "McNemar test (0/1 metrics) or a paired t-test on the same samples, Holm's correction across "
                    "elements (family-wise error 5%); triangles on the first model's curve mark where it is "
                    "significantly worse (down) or better (up).</p>")
+        # only the layouts that draw the marks get a plot
+        drawn = layout_kind(results[0].orbit_dims, rotation_quaternions(results)) in SIMULTANEOUS_LAYOUTS
         for res, label in zip(results[1:], labels[1:]):
-            data = prepare_aggregate([results[0], res], headline, labels=[labels[0], label], simultaneous=True,
+            data = prepare_aggregate([results[0], res], headline, labels=[labels[0], label], simultaneous=drawn,
                                      compare=True, title=f"{labels[0]} vs {label}: {metric_label(results, headline)}")
             if data.comparison is None:
                 out.append(f"<p class='note'>{html.escape(labels[0])} vs {html.escape(label)}: "
                            f"{html.escape('; '.join(data.info.get('notes', ['not computed'])))}</p>")
                 continue
-            out.append(f"<p><b>{html.escape(data.comparison['verdict'])}</b></p>"
-                       f"<div class='static'>{_svg(render(data))}</div>")
+            out.append(f"<p><b>{html.escape(data.comparison['verdict'])}</b></p>")
+            if drawn:
+                out.append(f"<div class='static'>{_svg(render(data))}</div>")
+        if not drawn:
+            out.append("<p class='note'>(the marks are drawn on polar and line plots; this orbit's layout gives the "
+                       "verdicts only)</p>")
     return "".join(out)
 
 
