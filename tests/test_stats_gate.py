@@ -86,3 +86,16 @@ def test_a_regression_of_a_lower_is_better_metric_is_an_increase():
     better = check_result(_result(base, err, "candidate"), max_drop=None, baseline=_result(worse, err, "baseline"),
                           max_regression=0.1)
     assert better.passed  # lower error than the baseline is no regression
+
+
+def test_too_few_samples_give_no_test_and_two_samples_no_false_alarm():
+    """Below 5 samples the test of invariance is not run. The bootstrap itself, at 2 samples of
+    pure noise (H0), draws resamples that repeat one sample (no spread): they must count as
+    infinitely far from the mean, not as 0, or every such test rejects (40 of 40 did)."""
+    conf = Classification().variable("confidence")
+    rng = np.random.default_rng(5)
+    tiny = invariance_test(_result(rng.uniform(0.3, 0.9, size=(4, 13)), conf))
+    assert np.isnan(tiny.p_value) and "needs at least 5 samples" in tiny.sentence() and tiny.invariant()
+    ps = [difference_test(rng.uniform(-1, 1, size=(2, 12)), from_binary=False, resamples=500, seed=s)[1]
+          for s in range(40)]
+    assert sum(p <= 0.05 for p in ps) <= 6

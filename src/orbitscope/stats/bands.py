@@ -211,8 +211,11 @@ def studentized_maxima(differences: np.ndarray, *, from_binary: bool, resamples:
             var = ((w @ x2) - cnt * m * m) / (cnt - 1)
             if from_binary:
                 var = np.maximum(var, 1.0 / np.maximum(cnt, 1))
-            t = np.abs(m - mean) / np.sqrt(np.maximum(var, 0.0) / cnt)
-        maxima[start:start + w.shape[0]] = np.max(np.where(np.isfinite(t), t, 0.0), axis=1)
+            dev = np.abs(m - mean)
+            # a resample without spread: infinitely far if its mean moved (a few samples drawn
+            # again and again, as happens at small n), else not at all
+            t = np.where(var > 0, dev / np.sqrt(np.maximum(var, 0.0) / cnt), np.where(dev > 1e-12, np.inf, 0.0))
+        maxima[start:start + w.shape[0]] = np.max(np.where(np.isnan(t), 0.0, t), axis=1)
     return maxima
 
 

@@ -115,6 +115,8 @@ def permutation_invariance(values: np.ndarray, *, permutations: int = 2000, seed
     return t, permutations, (1 + exceed) / (1 + permutations)
 
 
+#: fewer samples than this and the bootstrap test is not run (its resamples repeat the same few samples)
+MIN_BOOTSTRAP_SAMPLES = 5
 #: the tests :func:`invariance_test` offers (``"auto"`` is ``"sup-t"``)
 METHODS = ("sup-t", "cochran", "friedman", "permutation")
 
@@ -227,7 +229,7 @@ class InvarianceTest:
         p ≤ 0.0005, 500 samples × 73 angles); largest drop of accuracy from the identity 0.878 at
         angle 95, and the largest true drop is in [0.829, 0.927] (simultaneous 95%)"``."""
         if not np.isfinite(self.p_value):
-            verdict = "no test (no sample has a value at every element; the drop band below uses every value)"
+            verdict = f"no test ({self.method})"
         else:
             verdict = "no evidence against invariance" if self.invariant(alpha) else "not invariant"
         lo, hi = self.max_drop_interval
@@ -286,7 +288,10 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
     drops = orbit_drops(ov, level=level, resamples=resamples, seed=seed)
     complete = int((~np.isnan(ov.values).any(axis=1)).sum())
     resolution = 0.0
-    if chosen == "sup-t":  # the drop band's contrasts, without the reference's own copies
+    if chosen == "sup-t" and ov.n_samples < MIN_BOOTSTRAP_SAMPLES:
+        stat, df, p = float("nan"), int(drops.tested.sum()), float("nan")
+        name, n_used, left = f"sup-t bootstrap test: needs at least {MIN_BOOTSTRAP_SAMPLES} samples", ov.n_samples, 0
+    elif chosen == "sup-t":  # the drop band's contrasts, without the reference's own copies
         q = ov.quality()
         contrasts = (q[:, [drops.reference]] - q)[:, drops.tested]
         stat, p = difference_test(contrasts, from_binary=ov.binary, resamples=resamples, seed=seed)
@@ -295,7 +300,8 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
     else:
         n_used, left = complete, ov.n_samples - complete
         if complete == 0:  # e.g. detection views where every sample's object leaves the view somewhere
-            stat, df, p, name = float("nan"), ov.n_elements - 1, float("nan"), f"{chosen} (no complete samples)"
+            stat, df, p = float("nan"), ov.n_elements - 1, float("nan")
+            name = f"{chosen}: no sample has a value at every element; the drop band uses every value"
         elif chosen == "cochran":
             if not ov.binary:
                 raise ValueError(f"Cochran's Q is for 0/1 metrics; {ov.metric!r} is not binary: use sup-t, friedman "
