@@ -99,3 +99,17 @@ def test_too_few_samples_give_no_test_and_two_samples_no_false_alarm():
     ps = [difference_test(rng.uniform(-1, 1, size=(2, 12)), from_binary=False, resamples=500, seed=s)[1]
           for s in range(40)]
     assert sum(p <= 0.05 for p in ps) <= 6
+
+
+def test_an_orbit_whose_elements_are_all_the_identity_tests_nothing_and_passes():
+    """0° and 360° only: nothing differs from the reference, so nothing is tested (and nothing breaks)."""
+    orbit = osc.Rotation([0, 360])
+    ds = xr.Dataset({"correct": (["sample", "angle"], _accurate(50, 0.9, 4)[:, :2].astype(np.float32),
+                                 Classification().variable("correct").attrs())},
+                    coords={"sample": np.arange(50), "angle": [0.0, 360.0]},
+                    attrs={"orbit": json.dumps(orbit.spec()), "orbit_dims": json.dumps(["angle"]), "identity_index": 0})
+    res = OrbitResult(ds)
+    test = invariance_test(res)
+    assert test.max_drop_interval == (0.0, 0.0) and test.p_value == 1.0
+    report = check_result(res, max_drop=0.02, mode="equivalence")
+    assert report.passed and report.checks[0].details["elements"] == 0

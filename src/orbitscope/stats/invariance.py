@@ -154,6 +154,8 @@ class Drops:
         """[max_k lower_k, max_k upper_k] over the tested elements: holds for the largest true
         drop whenever the band holds."""
         t = self.tested
+        if not t.any():  # every element is the reference (e.g. an orbit of 0° and 360°)
+            return 0.0, 0.0
         return float(np.nanmax(self.band.lower[t])), float(np.nanmax(self.band.upper[t]))
 
     @property
