@@ -34,7 +34,7 @@ pointwise normal quantile. Coverage ≥ 1 − α is checked by simulation in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,7 @@ from ..results.intervals import wilson_interval
 from .values import OrbitValues, orbit_values
 
 __all__ = ["Band", "sup_t_band", "sup_t_critical", "bootstrap_maxima", "difference_band", "difference_scale",
-           "difference_test", "studentized_maxima", "band_of", "bootstrap_weights", "simultaneous_band",
+           "difference_test", "difference_statistic", "bootstrap_p", "studentized_maxima", "band_of", "bootstrap_weights", "simultaneous_band",
            "DEFAULT_RESAMPLES", "band_method"]
 
 #: Bootstrap resamples per band (the quantile's Monte-Carlo error at 0.95 is about ±0.5 % in level).
@@ -57,7 +57,9 @@ _BLOCK = 250
 @dataclass(frozen=True)
 class Band:
     """A band over elements: ``mean``, ``lower``, ``upper`` (flat vectors), the critical value
-    ``critical`` (c) and the number of ``resamples``; ``level`` is the simultaneous level."""
+    ``critical`` (c) and the number of ``resamples``; ``level`` is the simultaneous level.
+    ``maxima``: the bootstrap maxima c was read from, for a difference band (so that
+    :func:`bootstrap_p` tests with the same draws instead of drawing them again)."""
 
     mean: np.ndarray
     lower: np.ndarray
@@ -66,6 +68,7 @@ class Band:
     level: float
     resamples: int
     binary: bool
+    maxima: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def method(self) -> str:
@@ -220,21 +223,23 @@ def studentized_maxima(differences: np.ndarray, *, from_binary: bool, resamples:
 
 
 def difference_band(differences: np.ndarray, *, from_binary: bool, level: float = 0.95,
-                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> Band:
+                    resamples: int = DEFAULT_RESAMPLES, seed: int = 0, tested: np.ndarray | None = None) -> Band:
     """A simultaneous band for the column means of per-sample *differences* (paired: one metric
     minus another on the same samples): d̄_k ± c·σ_k with c the ``level`` quantile of the
     studentized bootstrap maxima (:func:`studentized_maxima`), at least the pointwise Student-t
     quantile. For differences of 0/1 values the variance is floored at 1/n (one discordant
     pair), so that an element with no discordant pair still has a non-zero width; a real
-    column that does not vary has zero width."""
+    column that does not vary has zero width. ``tested``: the columns the critical value is
+    taken over (default: all), as a test of the same columns takes it."""
     d = np.asarray(differences, dtype=np.float64)
     n, mean, scale = difference_scale(d, from_binary=from_binary)
-    maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed)
+    use = None if tested is None else np.asarray(tested, bool) & (scale > 0)
+    maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed, use=use)
     floor = float(stats.t.ppf(0.5 + level / 2, max(int(np.nanmax(n, initial=2)) - 1, 1)))
     c = max(floor, float(np.quantile(maxima, level, method="higher")))
     half = np.where(n > 1, c * scale, np.inf)
     return Band(mean=mean, lower=mean - half, upper=mean + half, critical=c, level=level, resamples=resamples,
-                binary=False)
+                binary=False, maxima=maxima)
 
 
 def difference_scale(differences: np.ndarray, *, from_binary: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -247,27 +252,44 @@ def difference_scale(differences: np.ndarray, *, from_binary: bool) -> tuple[np.
         return n, mean, np.sqrt(var / n)
 
 
-def difference_test(differences: np.ndarray, *, from_binary: bool, resamples: int = DEFAULT_RESAMPLES,
-                    seed: int = 0) -> tuple[float, float]:
-    """The studentized sup-t bootstrap test that every column of paired differences has mean 0:
-    ``(T, p)`` with T = max_k |d̄_k| / σ_k and p = (1 + #{T* ≥ T}) / (1 + B) over the same
-    bootstrap maxima T* as :func:`difference_band` (same seed, same draws), so p ≤ α exactly
-    when the simultaneous 1 − α band excludes 0 at some element (up to the quantile's
-    discreteness and the band's pointwise floor). A column that does not vary but is not 0
-    (every sample drops by the same amount) is infinitely significant (p = 1 / (1 + B)). Valid
-    whatever the correlation between elements (no exchangeability needed), asymptotically in n."""
+def difference_statistic(differences: np.ndarray, *, from_binary: bool) -> float:
+    """T = max_k |d̄_k| / σ_k of paired differences (σ_k as in :func:`difference_band`); a
+    column that does not vary but is not 0 (every sample drops by the same amount) gives ∞."""
     d = np.asarray(differences, dtype=np.float64)
     n, mean, scale = difference_scale(d, from_binary=from_binary)
     if d.shape[1] == 0 or not (n > 1).any():
-        return 0.0, 1.0
+        return 0.0
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(scale > 0, np.abs(mean) / scale, np.where(np.abs(mean) > 0, np.inf, 0.0))
-    t = np.where((n > 1) & np.isfinite(mean), t, 0.0)
-    observed = float(np.max(t))
+    return float(np.max(np.where((n > 1) & np.isfinite(mean), t, 0.0)))
+
+
+def bootstrap_p(statistic: float, maxima: np.ndarray) -> float:
+    """p = (1 + #{T* ≥ T}) / (1 + B) of an observed maximum against B bootstrap maxima T*
+    (1 / (1 + B) for an infinite T)."""
+    if not np.isfinite(statistic):
+        return 1.0 / (1 + maxima.size)
+    return float((1 + np.sum(maxima >= statistic - 1e-12)) / (1 + maxima.size))
+
+
+def difference_test(differences: np.ndarray, *, from_binary: bool, resamples: int = DEFAULT_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float]:
+    """The studentized sup-t bootstrap test that every column of paired differences has mean 0:
+    ``(T, p)`` with T = :func:`difference_statistic` and p = :func:`bootstrap_p` over the same
+    bootstrap maxima T* as :func:`difference_band` (same seed, same draws), so p ≤ α exactly
+    when the simultaneous 1 − α band excludes 0 at some element (up to the quantile's
+    discreteness and the band's pointwise floor). A column that does not vary but is not 0 is
+    infinitely significant (p = 1 / (1 + B)). Valid whatever the correlation between elements
+    (no exchangeability needed), asymptotically in n."""
+    d = np.asarray(differences, dtype=np.float64)
+    n, _, _ = difference_scale(d, from_binary=from_binary)
+    if d.shape[1] == 0 or not (n > 1).any():
+        return 0.0, 1.0
+    observed = difference_statistic(d, from_binary=from_binary)
     if not np.isfinite(observed):
         return observed, 1.0 / (1 + resamples)
-    maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed)
-    return observed, float((1 + np.sum(maxima >= observed - 1e-12)) / (1 + resamples))
+    return observed, bootstrap_p(observed, studentized_maxima(d, from_binary=from_binary, resamples=resamples,
+                                                              seed=seed))
 
 
 def simultaneous_band(result: Any, metric: str | None = None, *, level: float = 0.95, subset: Any = None,

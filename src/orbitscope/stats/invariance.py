@@ -5,7 +5,8 @@ H0: the metric's mean is the same at every orbit element.
 * default (``method="auto"`` = ``"sup-t"``): the **studentized sup-t bootstrap test** on the
   per-sample contrasts d_k = q_reference − q_k (the reference as for the drops below), T =
   max_k |d̄_k| / σ_k, referred to the bootstrap distribution of the same maximum with each
-  resample's own σ*_k (:func:`~orbitscope.stats.bands.difference_test`). It needs no exchangeability between
+  resample's own σ*_k (:func:`~orbitscope.stats.bands.difference_test`, on the drop band's own
+  bootstrap draws). It needs no exchangeability between
   elements, so it holds when nearby elements are correlated (as nearby angles are), and it
   rejects at α exactly when the simultaneous 1 − α drop band below excludes 0 somewhere. Its
   p-value's resolution is 1 / (B + 1) with B bootstrap resamples.
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .bands import DEFAULT_RESAMPLES, Band, difference_band, difference_test
+from .bands import DEFAULT_RESAMPLES, Band, bootstrap_p, difference_band, difference_statistic
 from .values import OrbitValues, element_noun, orbit_values
 
 __all__ = ["InvarianceTest", "Drops", "cochrans_q", "friedman", "permutation_invariance", "orbit_drops",
@@ -183,11 +184,12 @@ def orbit_drops(ov: OrbitValues, *, level: float = 0.95, resamples: int = DEFAUL
         ref, is_identity = ov.reference()
         excluded = ov.same_as(ref) if ov.n_elements > 1 else np.zeros(1, bool)
         diffs = q[:, [ref]] - q
-    band = difference_band(diffs, from_binary=ov.binary, level=level, resamples=resamples, seed=seed)
+    band = difference_band(diffs, from_binary=ov.binary, level=level, resamples=resamples, seed=seed,
+                           tested=~excluded)
     if excluded.any():
         band = Band(mean=np.where(excluded, 0.0, band.mean), lower=np.where(excluded, 0.0, band.lower),
                     upper=np.where(excluded, 0.0, band.upper), critical=band.critical, level=band.level,
-                    resamples=band.resamples, binary=band.binary)
+                    resamples=band.resamples, binary=band.binary, maxima=band.maxima)
     return Drops(band=band, reference=ref, reference_is_identity=is_identity, values=ov, excluded=excluded)
 
 
@@ -294,9 +296,12 @@ def invariance_test_values(ov: OrbitValues, *, method: str = "auto", level: floa
         stat, df, p = float("nan"), int(drops.tested.sum()), float("nan")
         name, n_used, left = f"sup-t bootstrap test: needs at least {MIN_BOOTSTRAP_SAMPLES} samples", ov.n_samples, 0
     elif chosen == "sup-t":  # the drop band's contrasts, without the reference's own copies
+        # the drop band's contrasts (without the reference's own copies) and its bootstrap maxima,
+        # taken over the same tested columns
         q = ov.quality()
         contrasts = (q[:, [drops.reference]] - q)[:, drops.tested]
-        stat, p = difference_test(contrasts, from_binary=ov.binary, resamples=resamples, seed=seed)
+        stat = difference_statistic(contrasts, from_binary=ov.binary) if contrasts.shape[1] else 0.0
+        p = bootstrap_p(stat, drops.band.maxima) if contrasts.shape[1] else 1.0
         df, name, resolution = contrasts.shape[1], "sup-t bootstrap test", 1 / (resamples + 1)
         n_used, left = ov.n_samples, 0
     else:
