@@ -34,7 +34,7 @@ from ..engine.evaluation import Run, evaluate
 from ..models.equivariant import symmetrize
 from ..group.orbits import Rotation, Rotation90
 from ..viz.plot import nero_plot, save_figure
-from ..viz.report import summary_rows, write_report
+from ..viz.report import invariance_tests, summary_rows, write_report
 from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks import Classification
@@ -183,10 +183,11 @@ def run_demo(
                                  name=name, model_name=name, optimize=True, progress=progress))
             result.seconds[f"evaluate {name}"] = time.perf_counter() - t0
         result.runs[case.name] = runs
-        result.summaries[case.name] = summary_rows([r.result for r in runs], list(case.models))
+        tests = invariance_tests([r.result for r in runs], "correct")
+        result.summaries[case.name] = summary_rows([r.result for r in runs], list(case.models), invariance=tests)
         result.comparisons[case.name], result.checks[case.name] = whole_orbit_rows(case, runs)
         result.files.update(_write_outputs(case, runs, out / case.name, result.summaries[case.name],
-                                           result.comparisons[case.name], result.checks[case.name]))
+                                           result.comparisons[case.name], result.checks[case.name], tests))
     if ml4ml:
         from .ml4ml import run_ml4ml_demo
 
@@ -226,7 +227,8 @@ def whole_orbit_rows(case: DemoCase, runs: list[Run], *, alpha: float = 0.05) ->
 
 
 def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[dict[str, Any]],
-                   comparisons: list[dict[str, Any]], checks: list[dict[str, Any]]) -> dict[str, Path]:
+                   comparisons: list[dict[str, Any]], checks: list[dict[str, Any]],
+                   invariance: list[Any]) -> dict[str, Path]:
     names = list(case.models)
     results = [r.result for r in runs]
     files = {
@@ -248,5 +250,6 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[
     files[f"{case.name} comparisons"] = write_csv(comparisons, folder / "comparisons.csv")
     files[f"{case.name} checks"] = write_csv(checks, folder / "checks.csv")
     files[f"{case.name} report"] = write_report(results, folder / "report.html", labels=names,
-                                                title=f"orbitscope demo: {case.name}, rotations 0…360°")
+                                                title=f"orbitscope demo: {case.name}, rotations 0…360°",
+                                                invariance=invariance)
     return files

@@ -208,11 +208,13 @@ def write_report(
     title: str = "orbitscope report",
     seed: int = 0,
     extra_sections: Sequence[str] = (),
+    invariance: Sequence[InvarianceTest | str] | None = None,
 ) -> Path:
     """Write the report for ``results`` (same orbit) to ``path`` (.html) and return the path.
 
     ``extra_sections``: HTML fragments appended after the built-in sections, e.g.
-    :meth:`orbitscope.robust.compare.RobustnessComparison.html_section`.
+    :meth:`orbitscope.robust.compare.RobustnessComparison.html_section`. ``invariance``: the
+    results' :func:`invariance_tests` of the headline metric, when already computed.
     """
     results = list(results)
     if not results:
@@ -226,7 +228,7 @@ def write_report(
         metric = "confidence" if all("confidence" in r.data for r in results) else headline
     agg = prepare_aggregate(results, headline, labels=labels, simultaneous=True)
     labels = [s.label for s in agg.series]
-    tests = invariance_tests(results, headline)
+    tests = list(invariance) if invariance is not None else invariance_tests(results, headline)
     parts: list[str] = []
     first = [True]
 
