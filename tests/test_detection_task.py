@@ -163,15 +163,22 @@ class BrightBoxDetector(nn.Module):
         return out
 
 
-def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tmp_path):
-    rng = np.random.default_rng(0)
-    images = rng.uniform(0, 0.3, size=(5, 1, 64, 64)).astype(np.float32)
+def bright_box_scenes(n: int, seed: int = 0) -> tuple[np.ndarray, list[dict]]:
+    """``n`` dim 64×64 images, each with one bright 6–11 px box (class 1) near the centre, and
+    their targets: what :class:`BrightBoxDetector` finds exactly."""
+    rng = np.random.default_rng(seed)
+    images = rng.uniform(0, 0.3, size=(n, 1, 64, 64)).astype(np.float32)
     targets = []
-    for i in range(5):
+    for i in range(n):
         w, h = rng.integers(6, 12, size=2)
         x0, y0 = rng.integers(24, 34, size=2)
         images[i, 0, y0:y0 + h, x0:x0 + w] = 0.9
         targets.append({"boxes": np.array([[x0, y0, x0 + w, y0 + h]], np.float32), "labels": np.array([1])})
+    return images, targets
+
+
+def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tmp_path):
+    images, targets = bright_box_scenes(5)
     orbit = osc.Translation(range(-24, 25, 8))
     run = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
                        store=tmp_path, batch_size=2)

@@ -16,7 +16,7 @@ from orbitscope.stats import check_result, compare_models, invariance_test, orbi
 from orbitscope.tasks import Detection, PointCloudClassification
 
 from helpers import Pairs
-from test_detection_task import BrightBoxDetector
+from test_detection_task import BrightBoxDetector, bright_box_scenes
 from test_equivariance_by_construction import ShiftSearch
 
 
@@ -67,15 +67,8 @@ def test_flow_gate_passes_an_exact_estimator_and_fails_one_that_misses_leftward_
 
 
 def test_detection_statistics_use_every_defined_value_where_objects_leave_the_view(tmp_path):
-    rng = np.random.default_rng(0)
     n = 12
-    images = rng.uniform(0, 0.3, size=(n, 1, 64, 64)).astype(np.float32)
-    targets = []
-    for i in range(n):
-        w, h = rng.integers(6, 12, size=2)
-        x0, y0 = rng.integers(24, 34, size=2)
-        images[i, 0, y0:y0 + h, x0:x0 + w] = 0.9
-        targets.append({"boxes": np.array([[x0, y0, x0 + w, y0 + h]], np.float32), "labels": np.array([1])})
+    images, targets = bright_box_scenes(n)
     orbit = osc.Translation(range(-24, 25, 8))
     res = osc.evaluate(BrightBoxDetector(), Pairs(images, targets), orbit, Detection(), view_size=(32, 32),
                        store=tmp_path).result
