@@ -133,12 +133,12 @@ class Drops:
     reference: int
     reference_is_identity: bool
     values: OrbitValues = field(repr=False)
-    excluded: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, bool))
+    excluded: np.ndarray = field(repr=False)
 
     @property
     def tested(self) -> np.ndarray:
         """Boolean mask of the elements whose drop is tested (all but ``excluded``)."""
-        return ~self.excluded if self.excluded.size else np.ones(self.band.mean.size, bool)
+        return ~self.excluded
 
     @property
     def worst(self) -> int:
