@@ -68,7 +68,7 @@ def _layout(home: Path) -> html.Div:
     controls = html.Div([
         html.Div([html.Label("your name (stored with each label)", htmlFor=RATER, style=_FIELD),
                   dcc.Input(id=RATER, type="text", value="", maxLength=MAX_RATER_LENGTH, placeholder="rater name",
-                            persistence=True, persistence_type="local", debounce=True,
+                            persistence=True, persistence_type="local",
                             style={"width": "220px"})]),
         html.Div([html.Label("invariance", style=_FIELD),
                   dcc.Dropdown(id=INVARIANCE, options=[{"label": o, "value": o} for o in options],
@@ -139,11 +139,16 @@ def register_labelling_callbacks(app: dash.Dash, home: Path) -> None:
         Output(CURRENT, "data"), Output(TITLE, "children"), Output(PANEL, "src"), Output(PANEL, "style"),
         Output(REVEALED, "children"), Output(PROGRESS, "children"), Output(STATUS, "children"),
         Output(AGREEMENT, "children"),
-        Input(RATER, "value"), Input(INVARIANCE, "value"), *[Input(bid, "n_clicks") for bid in BUTTONS],
-        State(CURRENT, "data"),
+        # The name counts when the rater leaves the field or presses Enter (n_blur / n_submit), read
+        # as State. Not dcc.Input(debounce=True): in Dash 4.4 that mode restores the caret in a
+        # setTimeout after each keystroke, so a key typed before the timeout fires lands at the
+        # old caret position ("alice" typed quickly became "aliec").
+        Input(RATER, "n_blur"), Input(RATER, "n_submit"), Input(INVARIANCE, "value"),
+        *[Input(bid, "n_clicks") for bid in BUTTONS],
+        State(RATER, "value"), State(CURRENT, "data"),
     )
-    def on_label(rater: Any, invariance: Any, *rest: Any) -> tuple[Any, ...]:
-        current = rest[-1]
+    def on_label(_blurs: Any, _submits: Any, invariance: Any, *rest: Any) -> tuple[Any, ...]:
+        rater, current = rest[-2], rest[-1]
         trigger = dash.callback_context.triggered_id
         action = BUTTONS[trigger][0] if isinstance(trigger, str) and trigger in BUTTONS else "load"
         try:
