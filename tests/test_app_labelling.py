@@ -280,13 +280,15 @@ _BUTTONS = ["label-invariant", "label-borderline", "label-not-invariant", "label
 
 
 def _payload(trigger: str, rater: object, invariance: object, current: object, clicks: int = 1) -> dict:
-    inputs = [{"id": "rater", "property": "value", "value": rater},
+    inputs = [{"id": "rater", "property": "n_blur", "value": 1}, {"id": "rater", "property": "n_submit", "value": 0},
               {"id": "invariance", "property": "value", "value": invariance}]
     inputs += [{"id": b, "property": "n_clicks", "value": clicks if b == trigger else 0} for b in _BUTTONS]
     return {"output": ".." + "...".join(f"{i}.{p}" for i, p in _OUTPUTS) + "..",
             "outputs": [{"id": i, "property": p} for i, p in _OUTPUTS], "inputs": inputs,
-            "changedPropIds": [f"{trigger}.n_clicks" if trigger in _BUTTONS else f"{trigger}.value"],
-            "state": [{"id": "current-model", "property": "data", "value": current}]}
+            "changedPropIds": [f"{trigger}.n_clicks" if trigger in _BUTTONS
+                               else "rater.n_blur" if trigger == "rater" else f"{trigger}.value"],
+            "state": [{"id": "rater", "property": "value", "value": rater},
+                      {"id": "current-model", "property": "data", "value": current}]}
 
 
 def _post(client, payload: dict):  # noqa: ANN001, ANN202 - Flask's test client
