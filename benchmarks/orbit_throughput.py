@@ -1,28 +1,38 @@
-"""Orbit-evaluation throughput and memory, measured side by side in one run.
+"""Orbit-evaluation throughput, side by side in one run, and peak memory.
 
-Same inputs for every path: N real MNIST digits × 73 rotation angles (0…360° by 5°), the
-reference CNN (our small 6-block ReferenceCNN, not NERO's larger NeroCNN), CPU threads as torch
-sets them.
+For each model (our ReferenceCNN; NeroCNN, NERO's MNIST CNN layer for layer: 7×7/5×5 kernels,
+24-48-48-96-96-64 channels, BatchNorm), on the same N MNIST digits × 72 rotation angles
+(0…355° by 5°), CPU threads as torch sets them, BatchNorm statistics made non-trivial as after
+training:
 
-  (a) bare cost: the plain eager model forward, batch 512, on inputs rotated beforehand;
-  (b) orbitscope.evaluate end to end (warp, forward, scoring, chunked store writes), with
-      default settings and with inference optimisations (BatchNorm folding + channels_last;
-      torch.compile too with --compile);
-  (c) a naive pipeline as in NERO's reference code: PIL rotation of each image for each angle and
-      a batch-1 forward (timed on a subset of the digits; the rate is what is compared).
+  eager      the bare eager forward of the model as given, batch 512, on inputs rotated beforehand
+             (the model's own cost, nothing else);
+  fwd-opt    the bare forward of the optimised copy evaluate runs (BatchNorm folded,
+             channels_last) at evaluate's default forward batch: the ceiling of (b);
+  defaults   orbitscope.evaluate end to end with default settings (first-batch check, warp,
+             forward, scoring, store writes into a fresh store);
+  every      evaluate with every optimisation: defaults + precision="bfloat16" (mixed precision,
+             opt-in), + torch.compile with --compile (its compile time is printed apart);
+  off        evaluate with optimize=False (the engine before optimisation became the default);
+  naive      NERO's reference pipeline: PIL rotation of each image for each angle and a
+             batch-1 forward (on a subset of the digits; the rate is what is compared).
 
-Then peak memory (peak RSS during evaluate, in a fresh process, reset just before it via
-/proc/self/clear_refs; Linux only) of evaluate over 6,000 and over all 60,000
-Fashion-MNIST training images × 4 angles: streaming means the two are about equal.
+Rounds are interleaved (every path once per round), so machine noise hits all paths alike; the
+best round of each path is reported with the spread (min–max over rounds). Then peak memory
+(peak RSS during evaluate in a fresh process, reset just before it via /proc/self/clear_refs;
+Linux only) over 6,000 and all 60,000 Fashion-MNIST training images × 4 angles.
 
-Usage: python benchmarks/orbit_throughput.py [--digits 1000] [--naive-digits 60] [--repeats 3] [--compile]
-       [--skip-memory] [--csv benchmarks/results/orbit_throughput.csv]
+With --device cuda (a GPU machine), the same paths run on the GPU and a ResNet-18-sized
+classifier on 224×224 RGB images is added (--resnet, needs torchvision).
+
+Usage: python benchmarks/orbit_throughput.py [--digits 300] [--naive-digits 20] [--rounds 3]
+       [--models reference,nero] [--compile] [--device cpu|cuda] [--resnet] [--skip-memory]
+       [--forward-batches] [--out benchmarks/results/orbit_throughput.txt]
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import sys
@@ -36,56 +46,158 @@ from PIL import Image
 
 import orbitscope as osc
 from orbitscope.data.datasets import mnist_subset
-from orbitscope.models import ReferenceCNN
+from orbitscope.engine.evaluation import default_forward_batch
+from orbitscope.engine.optimization import rewrite_model
+from orbitscope.models import NeroCNN, ReferenceCNN
 
-ANGLES = np.arange(0.0, 361.0, 5.0)
+ANGLES = np.arange(0.0, 360.0, 5.0)  # 72 distinct angles, as in the issue's measurement
 
 
-def make_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = ReferenceCNN()
-    for m in model.modules():  # non-trivial BatchNorm statistics, as after training
-        if isinstance(m, torch.nn.BatchNorm2d):
+def trained_like(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """``model`` in eval mode with non-trivial BatchNorm statistics, as after training."""
+    torch.manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
             m.running_mean.uniform_(-0.2, 0.2)
             m.running_var.uniform_(0.5, 2.0)
     return model.eval()
 
 
-def bare_forward(model: torch.nn.Module, images: torch.Tensor) -> float:
-    """(a): images/s of the eager forward on pre-rotated inputs, batch 512."""
-    rotated = osc.warp_images(images, osc.Rotation(ANGLES).transforms()).reshape(-1, *images.shape[1:])
+def make_model() -> torch.nn.Module:
+    """The reference CNN as the memory child uses it."""
+    torch.manual_seed(0)
+    return trained_like(ReferenceCNN())
+
+
+def resnet18_sized(num_classes: int = 10) -> torch.nn.Module:
+    from torchvision.models import resnet18
+
+    torch.manual_seed(0)
+    return trained_like(resnet18(weights=None, num_classes=num_classes))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bare_forward(model: torch.nn.Module, rotated: torch.Tensor, batch: int, device: torch.device,
+                 channels_last: bool = False) -> float:
+    """Images/s of ``model`` alone on inputs rotated beforehand (already on ``device``)."""
     with torch.inference_mode():
-        model(rotated[:512])  # warm-up
+        def call(x: torch.Tensor) -> None:
+            model(x.contiguous(memory_format=torch.channels_last) if channels_last else x)
+        call(rotated[:batch])  # warm-up
+        _sync(device)
         t0 = time.perf_counter()
-        for s in range(0, len(rotated), 512):
-            model(rotated[s : s + 512])
+        for s in range(0, len(rotated), batch):
+            call(rotated[s : s + batch])
+        _sync(device)
         return len(rotated) / (time.perf_counter() - t0)
 
 
-def orbitscope_path(model: torch.nn.Module, data, **kwargs) -> float:
-    """(b): images/s of evaluate end to end into a fresh store."""
+def evaluate_path(model: torch.nn.Module, data, device: torch.device, **kwargs) -> tuple[float, dict]:
+    """Images/s of evaluate end to end into a fresh store, and the run's optimisation record."""
     with tempfile.TemporaryDirectory() as home:
-        osc.evaluate(model, data.subset(range(64)), osc.Rotation(ANGLES[:8]), store=home, **kwargs)  # warm-up
+        osc.evaluate(model, data.subset(range(16)), osc.Rotation(ANGLES[:4]), store=home, device=device, **kwargs)
+        _sync(device)
         t0 = time.perf_counter()
-        run = osc.evaluate(model, data, osc.Rotation(ANGLES), store=home, **kwargs)
+        run = osc.evaluate(model, data, osc.Rotation(ANGLES), store=home, device=device, **kwargs)
+        _sync(device)
         elapsed = time.perf_counter() - t0
-    return run.result.n_samples * len(ANGLES) / elapsed
+    rec = run.result.attrs.get("optimization")
+    rec = json.loads(rec) if isinstance(rec, str) else (rec or {})
+    return run.result.n_samples * len(ANGLES) / elapsed, rec
 
 
-def naive_path(model: torch.nn.Module, data, n_digits: int) -> float:
-    """(c): PIL rotation per image and angle, batch-1 forward (NERO's reference style)."""
+def naive_path(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, n: int,
+               device: torch.device) -> float:
+    """NERO-style: PIL rotation per image and angle, batch-1 forward, one probability read."""
     t0 = time.perf_counter()
     count = 0
     with torch.inference_mode():
-        for i in range(n_digits):
-            img, label = data[i]
-            pil = Image.fromarray((img[0].numpy() * 255).astype(np.uint8))
+        for i in range(n):
+            arr = (images[i].permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+            pil = Image.fromarray(arr[..., 0] if arr.shape[-1] == 1 else arr)
             for angle in ANGLES:
                 rot = np.asarray(pil.rotate(float(angle), resample=Image.BILINEAR), dtype=np.float32) / 255.0
-                out = model(torch.from_numpy(rot)[None, None])
-                torch.softmax(out, 1)[0, label].item()
+                x = torch.from_numpy(rot)
+                x = x[None, None] if x.ndim == 2 else x.permute(2, 0, 1)[None]
+                out = model(x.to(device))
+                torch.softmax(out, 1)[0, int(labels[i])].item()
                 count += 1
     return count / (time.perf_counter() - t0)
+
+
+def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labels: torch.Tensor,
+            args: argparse.Namespace, device: torch.device, lines: list[str]) -> dict[str, float]:
+    """Every path for one model, interleaved over ``args.rounds`` rounds; prints and returns rates."""
+    model = model.to(device)
+    fast, _ = rewrite_model(model)
+    fast = fast.to(device)
+    fb = default_forward_batch(None, "image", device, fast=True)
+    rotated = osc.warp_images(images.to(device), osc.Rotation(ANGLES).transforms()).reshape(-1, *images.shape[1:])
+    every = dict(precision="bfloat16", compile=args.compile)
+    paths = {
+        "eager": lambda: bare_forward(model, rotated, 512, device),
+        "fwd-opt": lambda: bare_forward(fast, rotated, fb, device, channels_last=True),
+        "defaults": lambda: evaluate_path(model, data, device)[0],
+        "every": lambda: evaluate_path(model, data, device, **every)[0],
+        "off": lambda: evaluate_path(model, data, device, optimize=False)[0],
+        "naive": lambda: naive_path(model, images, labels, args.naive_digits, device),
+    }
+    rates: dict[str, list[float]] = {k: [] for k in paths}
+    for r in range(args.rounds):
+        for name, fn in paths.items():
+            rates[name].append(fn())
+        print(f"  {label} round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rates.items()),
+              flush=True)
+    _, rec_default = evaluate_path(model, data.subset(range(32)), device)
+    _, rec_every = evaluate_path(model, data.subset(range(32)), device, **every)
+    best = {k: max(v) for k, v in rates.items()}
+    out = [f"\n{label}: {len(data)} digits × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
+           f"{'path':58s} {'best img/s':>11s} {'spread (min–max)':>19s}"]
+    names = {
+        "eager": "eager forward, model as given, pre-rotated, batch 512",
+        "fwd-opt": f"forward of the optimised copy, pre-rotated, batch {fb}",
+        "defaults": "orbitscope.evaluate, defaults",
+        "every": "evaluate, every optimisation (+ bfloat16" + (", + torch.compile)" if args.compile else ")"),
+        "off": "evaluate, optimize=False (before)",
+        "naive": f"naive: PIL rotate + batch-1 forward ({args.naive_digits} digits)",
+    }
+    for k, v in rates.items():
+        out.append(f"{names[k]:58s} {best[k]:11.0f} {min(v):9.0f}–{max(v):<9.0f}")
+    out.append(f"ratio defaults / eager     = {best['defaults'] / best['eager']:.2f}   (target >= 1.4 for NeroCNN)")
+    out.append(f"ratio defaults / naive     = {best['defaults'] / best['naive']:.2f}   (target >= 5 for NeroCNN)")
+    out.append(f"ratio every / eager        = {best['every'] / best['eager']:.2f}")
+    out.append(f"ratio every / naive        = {best['every'] / best['naive']:.2f}")
+    out.append(f"ratio defaults / fwd-opt   = {best['defaults'] / best['fwd-opt']:.2f}   (pipeline: warp, check, scoring, "
+               "writes vs the forward alone)")
+    out.append(f"ratio off / eager          = {best['off'] / best['eager']:.2f}")
+    out.append(f"defaults ran: {rec_default.get('ran')} {rec_default.get('rewrites')}, check "
+               f"{rec_default.get('check', {}).get('max_difference')} (tolerance {rec_default.get('check', {}).get('tolerance')})")
+    out.append(f"every ran: {rec_every.get('ran')} {rec_every.get('rewrites')} {rec_every.get('precision')}, check "
+               f"{rec_every.get('check', {}).get('max_difference')} (tolerance {rec_every.get('check', {}).get('tolerance')})"
+               + (f", reason: {rec_every['reason']}" if rec_every.get("reason") else "")
+               + (f", compile {rec_every['compile_seconds']} s" if rec_every.get("compile_seconds") is not None else ""))
+    for line in out:
+        print(line, flush=True)
+    lines.extend(out)
+    return best
+
+
+def forward_batches(model: torch.nn.Module, images: torch.Tensor, rounds: int, lines: list[str]) -> None:
+    """The optimised forward's rate per batch size (the basis of the CPU default of 128)."""
+    fast, _ = rewrite_model(model)
+    rotated = osc.warp_images(images, osc.Rotation(ANGLES).transforms()).reshape(-1, *images.shape[1:])
+    sizes = (32, 64, 128, 256, 512)
+    rates = {b: [] for b in sizes}
+    for _ in range(rounds):
+        for b in sizes:
+            rates[b].append(bare_forward(fast, rotated, b, torch.device("cpu"), channels_last=True))
+    lines.append("\noptimised forward by batch size (img/s, best of rounds): "
+                 + ", ".join(f"{b}: {max(v):.0f}" for b, v in rates.items()))
+    print(lines[-1], flush=True)
 
 
 _MEMORY_CHILD = """
@@ -102,7 +214,7 @@ with open("/proc/self/clear_refs", "w") as fh:  # reset the peak (VmHWM) to the 
     fh.write("5")
 before = _status_mb("VmRSS")
 with tempfile.TemporaryDirectory() as home:
-    run = osc.evaluate(model, data, osc.Rotation([0, 90, 180, 270]), store=home, optimize=True)
+    run = osc.evaluate(model, data, osc.Rotation([0, 90, 180, 270]), store=home)
 print(json.dumps({{"n": run.result.n_samples, "rss_before_mb": before, "peak_rss_mb": _status_mb("VmHWM")}}))
 """
 
@@ -124,75 +236,55 @@ def peak_memory(n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--digits", type=int, default=1000)
-    ap.add_argument("--naive-digits", type=int, default=60)
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds; the best of each path is kept")
-    ap.add_argument("--compile", action="store_true", help="also time optimize + torch.compile")
+    ap.add_argument("--digits", type=int, default=300)
+    ap.add_argument("--naive-digits", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best and spread are reported")
+    ap.add_argument("--models", default="reference,nero", help="comma-separated: reference, nero")
+    ap.add_argument("--compile", action="store_true", help="'every' also uses torch.compile")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--resnet", action="store_true", help="also a ResNet-18-sized model on 224² RGB images")
+    ap.add_argument("--resnet-images", type=int, default=64)
     ap.add_argument("--skip-memory", action="store_true")
-    ap.add_argument("--csv", type=Path, default=Path(__file__).parent / "results" / "orbit_throughput.csv")
+    ap.add_argument("--forward-batches", action="store_true", help="also time the optimised forward per batch size")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")
     args = ap.parse_args()
+    device = torch.device(args.device)
 
     data = mnist_subset("test").subset(range(args.digits))
     images = torch.stack([data[i][0] for i in range(len(data))])
-    model = make_model()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {len(data)} digits × {len(ANGLES)} angles")
+    labels = torch.tensor([int(data[i][1]) for i in range(len(data))])
+    lines = [f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {device}"
+             + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")]
+    print(lines[0])
+    builders = {"reference": ("ReferenceCNN (ours)", lambda: trained_like(ReferenceCNN())),
+                "nero": ("NeroCNN (NERO-shaped)", lambda: trained_like(NeroCNN()))}
+    for key in args.models.split(","):
+        label, build = builders[key.strip()]
+        torch.manual_seed(0)
+        measure(label, build(), data, images, labels, args, device, lines)
+    if args.resnet:
+        g = torch.Generator().manual_seed(0)
+        big = torch.randint(0, 256, (args.resnet_images, 3, 224, 224), dtype=torch.uint8, generator=g)
+        big_labels = torch.randint(0, 10, (args.resnet_images,), generator=g)
+        big_data = osc.data.ArrayDataset(big, big_labels, data_id="random-224")
+        measure("ResNet-18-sized, 224² RGB", resnet18_sized(), big_data, big.float() / 255, big_labels,
+                args, device, lines)
+    if args.forward_batches and device.type == "cpu":
+        forward_batches(trained_like(NeroCNN()), images, args.rounds, lines)
 
-    # (a) and (b) are timed in interleaved rounds and the best round of each is kept, so that
-    # machine noise (other processes, frequency changes) affects both sides alike.
-    best = {"a": 0.0, "b": 0.0, "b_opt": 0.0}
-    for r in range(args.repeats):
-        best["a"] = max(best["a"], bare_forward(model, images))
-        best["b"] = max(best["b"], orbitscope_path(model, data))
-        best["b_opt"] = max(best["b_opt"], orbitscope_path(model, data, optimize=True))
-        print(f"  round {r + 1}/{args.repeats}: best so far a={best['a']:.0f} b={best['b']:.0f} "
-              f"b_opt={best['b_opt']:.0f} images/s", flush=True)
-    a, b_default, b_opt = best["a"], best["b"], best["b_opt"]
-    rows = [
-        ("a: eager forward, pre-rotated, batch 512", a),
-        ("b: orbitscope.evaluate, defaults", b_default),
-        ("b: orbitscope.evaluate, optimize=True (BN fold + channels_last)", b_opt),
-    ]
-    if args.compile:
-        from orbitscope.models import optimize_for_inference
-
-        compiled = optimize_for_inference(model, compile=True)
-        rows.append(("b: orbitscope.evaluate, optimize + torch.compile", orbitscope_path(compiled, data)))
-    c = naive_path(model, data, args.naive_digits)
-    rows.append((f"c: naive PIL rotate + batch-1 forward ({args.naive_digits} digits)", c))
-
-    print(f"\n{'path':66s} {'images/s':>10s}")
-    for name, rate in rows:
-        print(f"{name:66s} {rate:10.0f}")
-    print(f"\nratio b/a (defaults)  = {b_default / a:.2f}   target >= 0.9")
-    print(f"ratio b/a (optimized) = {b_opt / a:.2f}   target >= 1.2")
-    print(f"ratio b/c (defaults)  = {b_default / c:.2f}   target >= 1.8")
-    print(f"ratio b/c (optimized) = {b_opt / c:.2f}")
-
-    mem = []
     if not args.skip_memory:
-        print("\npeak memory of evaluate (fresh process each), Fashion-MNIST train × 4 angles:")
-        for n in (6000, 60000):
-            m = peak_memory(n)
-            mem.append(m)
-            print(f"  {m['n']:6d} images: peak RSS {m['peak_rss_mb']:7.1f} MB "
-                  f"(after loading data {m['rss_before_mb']:.1f} MB; evaluate added {m['peak_rss_mb'] - m['rss_before_mb']:.1f} MB)")
-        added = [m["peak_rss_mb"] - m["rss_before_mb"] for m in mem]
-        print(f"  ratio peak(60,000) / peak(6,000) = {mem[1]['peak_rss_mb'] / mem[0]['peak_rss_mb']:.3f} "
-              f"(the difference is the dataset held in memory); memory added by evaluate: "
-              f"ratio {added[1] / added[0]:.3f}")
-
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.csv, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["metric", "value"])
-        for name, rate in rows:
-            w.writerow([f"{name} [images/s]", f"{rate:.1f}"])
-        w.writerow(["b/a defaults", f"{b_default / a:.3f}"])
-        w.writerow(["b/a optimized", f"{b_opt / a:.3f}"])
-        w.writerow(["b/c defaults", f"{b_default / c:.3f}"])
+        lines.append("\npeak memory of evaluate (defaults, fresh process each), Fashion-MNIST train × 4 angles:")
+        mem = [peak_memory(n) for n in (6000, 60000)]
         for m in mem:
-            w.writerow([f"peak RSS MB, {m['n']} images x 4 angles", f"{m['peak_rss_mb']:.1f}"])
-    print(f"\nwrote {args.csv}")
+            lines.append(f"  {m['n']:6d} images: peak RSS {m['peak_rss_mb']:7.1f} MB (after loading data "
+                         f"{m['rss_before_mb']:.1f} MB; evaluate added {m['peak_rss_mb'] - m['rss_before_mb']:.1f} MB)")
+        added = [m["peak_rss_mb"] - m["rss_before_mb"] for m in mem]
+        lines.append(f"  memory added by evaluate, 60,000 vs 6,000 images: ratio {added[1] / added[0]:.3f}")
+        print("\n".join(lines[-4:]))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines) + "\n")
+        print(f"\nwrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from .common import HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, progress_bar
+from .common import (HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, parse_optimize,
+                     progress_bar)
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -40,7 +41,13 @@ def evaluate(
     batch_size: int = typer.Option(256, help="Samples per chunk (unit of storage and resumption)."),
     normalize: Optional[str] = typer.Option(None, help="Model input normalisation 'MEAN,…/STD,…', applied after the transform."),
     device: str = typer.Option("cpu", help="Device for warping and the model, e.g. cpu or cuda."),
-    optimize: bool = typer.Option(False, help="Fold BatchNorm into convolutions and use channels_last."),
+    optimize: str = typer.Option("auto", help="auto: fold BatchNorm into convolutions and use channels_last when "
+                                 "the first batch proves the outputs equal (else the model as given); on: require "
+                                 "it; off: the model as given."),
+    precision: str = typer.Option("float32", help="float32, or mixed precision bfloat16 / float16 (checked on the "
+                                  "first batch like every optimisation)."),
+    compile_model: bool = typer.Option(False, "--compile", help="Also torch.compile the optimised model (its "
+                                       "compile time is reported separately)."),
     interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
     padding: str = typer.Option("zeros", help="zeros, border or reflection."),
     probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
@@ -78,8 +85,8 @@ def evaluate(
     """Evaluate a model over an orbit of a dataset and store the run (resumes if interrupted)."""
     run = evaluate_spec(
         model, data, orbit, task_kind=task_kind, weights=weights, home=home, name=name, batch_size=batch_size,
-        normalize=normalize, device=device, optimize=optimize, interpolation=interpolation, padding=padding,
-        probabilities=probabilities, consensus=consensus, view_size=view_size, key_objects=key_objects,
+        normalize=normalize, device=device, optimize=parse_optimize(optimize), precision=precision,
+        compile_model=compile_model, interpolation=interpolation, padding=padding, probabilities=probabilities, consensus=consensus, view_size=view_size, key_objects=key_objects,
         score_threshold=score_threshold, margin=margin, max_objects=max_objects, store_inputs=store_inputs,
         executor=executor, workers=workers, address=address, allow_large=yes, trust=trust, force=force,
     )

@@ -84,6 +84,15 @@ def parse_normalize(text: str | None) -> tuple[list[float], list[float]] | None:
         raise ValueError(f"--normalize must look like 'MEAN[,MEAN…]/STD[,STD…]', e.g. '0.1307/0.3081'; got {text!r}") from None
 
 
+def parse_optimize(value: str) -> bool | str:
+    """``--optimize auto|on|off`` -> evaluate's ``optimize`` ("auto", True, False)."""
+    choices = {"auto": "auto", "on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+    key = str(value).strip().lower()
+    if key not in choices:
+        raise ValueError(f"--optimize {value!r}: use auto (the default), on or off")
+    return choices[key]
+
+
 def evaluate_spec(
     model: str,
     data: str,
@@ -96,7 +105,9 @@ def evaluate_spec(
     batch_size: int = 256,
     normalize: str | None = None,
     device: str = "cpu",
-    optimize: bool = False,
+    optimize: bool | str = "auto",
+    precision: str = "float32",
+    compile_model: bool = False,
     interpolation: str = "bilinear",
     padding: str = "zeros",
     probabilities: bool = False,
@@ -153,7 +164,7 @@ def evaluate_spec(
             net, dataset, orb, job_task, store=store, name=name, view_size=view, store_inputs=store_inputs or None,
             model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
             batch_size=batch_size, normalize=parse_normalize(normalize), device=device, optimize=optimize,
-            interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
+            precision=precision, compile=compile_model, interpolation=interpolation, padding=padding, resume=not force, consensus=consensus, executor=runner,
             allow_large=allow_large,
             progress=engine_progress(bar, f"{len(dataset)} samples × {orb.size} elements"),
         )

@@ -29,7 +29,7 @@ from .activations import ActivationProbe
 from .model_call import ModelCall, finite_rows
 from .source import DataSource
 
-__all__ = ["ChunkJob", "EvalContext", "evaluate_chunk"]
+__all__ = ["ChunkJob", "EvalContext", "evaluate_chunk", "first_forward_rows"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,27 @@ def _score_into(out: dict[str, np.ndarray], scores: dict[str, Any], b: int, k: i
         if name not in out:
             out[name] = np.empty((b, k, *val.shape[1:]), dtype=v.dtype)
         out[name][:, k0:k1] = np.moveaxis(v, 0, 1)
+
+
+def first_forward_rows(ctx: EvalContext, max_rows: int) -> tuple[Any, Any, Transforms] | None:
+    """The rows of chunk 0 under its first ``max(1, max_rows // samples)`` elements (at most
+    ``max_rows`` rows, or one element's when the chunk is larger): ``(inputs, targets,
+    elements)``, or None for empty data."""
+    if ctx.source is None:
+        return None
+    batch = ctx.source.first_batch()
+    if batch is None:
+        return None
+    x = ctx.input_kind.prepare(batch[0], ctx.device)
+    y = ctx.target_kind.prepare(batch[1], ctx.device)
+    b = ctx.input_kind.batch_size(x)
+    if b == 0 or len(ctx.transforms) == 0:
+        return None
+    t = ctx.transforms[:max(1, max_rows // b)]
+    target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
+    xg = ctx.input_kind.rows(ctx.input_kind.act(x, t, layout="orbit", **ctx.action_options))
+    yg = ctx.target_kind.rows(ctx.target_kind.act(y, t, layout="orbit", **target_action))
+    return xg, yg, t.repeat_interleave(b)
 
 
 def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:

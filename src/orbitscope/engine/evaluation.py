@@ -20,7 +20,7 @@ import platform
 import shutil
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -37,11 +37,14 @@ from ..tasks import Classification, Task, Variable
 from ..tasks.variables import ENGINE_VARIABLES
 from .activations import ActivationProbe
 from .chunk import ChunkJob, EvalContext, evaluate_chunk
-from .executors import Executor, get_executor
+from .executors import Executor, LocalExecutor, get_executor
 from .model_call import ModelCall, Normalizer
+from .pipeline import BackgroundWriter, pin_batch, prefetched
+from .optimization import check_optimize_options, propose_optimization, verify_on_first_batch
 from .source import DataSource, groups_identity
 
-__all__ = ["evaluate", "plan_run", "PlannedRun", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS"]
+__all__ = ["evaluate", "plan_run", "PlannedRun", "Run", "ModelError", "DataError", "plan_jobs", "forward_batch_for", "MAX_JOB_INPUTS",
+           "default_forward_batch", "memory_budget"]
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +79,48 @@ def _model_input_numel(source: DataSource, view_size: tuple[int, int] | None) ->
     return int(np.prod(shape[:-2], dtype=np.int64)) * int(view_size[0]) * int(view_size[1])
 
 
+#: chunks read ahead of the model by evaluate's in-process reader thread
+PREFETCH_CHUNKS = 2
+
 #: transformed inputs per model call by default, and for point clouds
 FORWARD_BATCH = 512
 POINTS_FORWARD_BATCH = 64
+
+
+#: transformed inputs per model call on a CPU when the optimised model runs: channels_last
+#: convolutions of MNIST-sized CNNs run 5–20 % faster in slices of 64–128 inputs than of 512
+#: (their activations stay in the cache; ``benchmarks/orbit_throughput.py --forward-batches``)
+FAST_CPU_FORWARD_BATCH = 128
+#: default on CUDA devices, capped by the device's free memory (:func:`memory_budget`)
+CUDA_FORWARD_BATCH = 4096
+#: CPU memory budget of one forward slice's activations by default, in MiB
+CPU_MEMORY_BUDGET_MB = 1024.0
+
+
+def default_forward_batch(forward_batch: int | None, input_kind: str, device: torch.device, fast: bool) -> int:
+    """The requested forward batch, or the default: :data:`POINTS_FORWARD_BATCH` for point
+    clouds, :data:`CUDA_FORWARD_BATCH` on CUDA, :data:`FAST_CPU_FORWARD_BATCH` when the
+    optimised model runs on a CPU, else :data:`FORWARD_BATCH` (the engine's batch before
+    optimisation became the default, so ``optimize=False`` runs as it did)."""
+    if forward_batch is not None:
+        return int(forward_batch)
+    if input_kind == "points":
+        return POINTS_FORWARD_BATCH
+    if device.type == "cuda":
+        return CUDA_FORWARD_BATCH
+    return FAST_CPU_FORWARD_BATCH if fast else FORWARD_BATCH
+
+
+def memory_budget(memory_budget_mb: float | None, device: torch.device,
+                  mem_get_info: Callable[[torch.device], tuple[int, int]] | None = None) -> float:
+    """MiB that one forward slice's activations may take: as given, else half the device's free
+    memory on CUDA (``torch.cuda.mem_get_info``), else :data:`CPU_MEMORY_BUDGET_MB`."""
+    if memory_budget_mb is not None:
+        return float(memory_budget_mb)
+    if device.type == "cuda":
+        free, _total = (mem_get_info or torch.cuda.mem_get_info)(device)
+        return max(64.0, free / 2 / 2**20)
+    return CPU_MEMORY_BUDGET_MB
 
 
 def forward_batch_for(forward_batch: int, memory_budget_mb: float, input_numel: int | None) -> int:
@@ -158,6 +200,15 @@ class PlannedRun:
         """The chunk jobs still to do, in order."""
         return plan_jobs(self.source, self.skip, self.seed)
 
+    def load(self, job: ChunkJob) -> ChunkJob:
+        """``job`` with its chunk's data read (in pinned memory when the run is on CUDA)."""
+        if job.batch is not None:
+            return job
+        batch = self.source.read_chunk(job.index)
+        if self.ctx is not None and self.ctx.device.type == "cuda":
+            batch = pin_batch(batch)
+        return replace(job, batch=batch)
+
     def write(self, job: ChunkJob, arrays: dict[str, np.ndarray]) -> None:
         """Record one chunk's arrays (the one writer)."""
         assert self.writer is not None
@@ -199,13 +250,15 @@ def evaluate(
     data_id: str | None = None,
     batch_size: int = 256,
     forward_batch: int | None = None,
-    memory_budget_mb: float = 1024.0,
+    memory_budget_mb: float | None = None,
     device: str | torch.device | None = None,
     normalize: tuple[Sequence[float], Sequence[float]] | None = None,
     interpolation: str = "bilinear",
     padding: str = "zeros",
     view_size: tuple[int, int] | None = None,
-    optimize: bool = False,
+    optimize: bool | str = "auto",
+    precision: str = "float32",
+    compile: bool = False,
     seed: int = 0,
     store_inputs: bool | None = None,
     activations: ActivationProbe | Sequence[str] | None = None,
@@ -232,18 +285,32 @@ def evaluate(
         name: a human-readable run name (default ``<model>-<orbit kind>``).
         batch_size: samples per chunk (the unit of storage and of resumption).
         forward_batch: transformed inputs per model call (capped by ``memory_budget_mb``, which
-            assumes activations of at most 64× the input size per input); default 512, and 64
-            for point clouds (:data:`POINTS_FORWARD_BATCH`: per-point networks run about 3×
-            faster in slices of 32–64 clouds than of 512 on a CPU,
-            ``benchmarks/pointcloud_throughput.py``).
+            assumes activations of at most 64× the input size per input); default
+            :func:`default_forward_batch`: 128 for the optimised model on a CPU, 512 for the
+            original, 4096 on CUDA, and 64 for point clouds (:data:`POINTS_FORWARD_BATCH`:
+            per-point networks run about 3× faster in slices of 32–64 clouds than of 512 on a
+            CPU, ``benchmarks/pointcloud_throughput.py``).
+        memory_budget_mb: MiB that one forward slice's activations may take (default 1024 on a
+            CPU, half the free device memory on CUDA: :func:`memory_budget`).
         device: where the actions and the model run (default: the model's device).
         normalize: ``(mean, std)`` per channel, applied after the orbit transform.
         interpolation, padding: resampling of images, frames and flow fields (see
             :func:`orbitscope.kinds.warp_images`).
         view_size: (h, w) of the field of view for a task whose input kind is ``"window"``
             (a window over a larger context image).
-        optimize: fold BatchNorm into convolutions and use channels_last (eval-mode numerics are
-            unchanged up to float rounding).
+        optimize: ``"auto"`` (default): run an optimised copy of the model (BatchNorm folded
+            into convolutions, channels_last; repeated orbit elements such as 0° and 360° run
+            once) when the first forward batch proves it equal to the original (outputs within
+            :data:`~orbitscope.engine.optimization.TOLERANCE`, predictions exactly), else the
+            original with a logged reason; ``True``: require it (an error where auto falls
+            back); ``False``: the model as given, exactly as before optimisation was the
+            default. ``attrs["optimization"]`` of the run records what ran and the check; see
+            :mod:`orbitscope.engine.optimization`.
+        precision: ``"float32"`` (default), or mixed precision ``"bfloat16"`` / ``"float16"``
+            (``torch.autocast``; opt-in, proven by the same first-batch check at a looser
+            tolerance).
+        compile: also ``torch.compile`` the optimised model (opt-in; its compile time is
+            recorded separately as ``compile_seconds``; in-process executor only).
         seed: seeds torch's RNG per chunk, so results do not depend on where a run resumed.
         store_inputs: keep each untransformed input so views can show it and re-transform it:
             images and frames as uint8 (variable ``input``), point clouds as float32
@@ -273,20 +340,32 @@ def evaluate(
                            data_id=data_id, batch_size=batch_size, forward_batch=forward_batch,
                            memory_budget_mb=memory_budget_mb, device=device, normalize=normalize,
                            interpolation=interpolation, padding=padding, view_size=view_size, optimize=optimize,
-                           seed=seed, store_inputs=store_inputs, activations=activations, consensus=consensus,
-                           allow_large=allow_large, resume=resume)
+                           precision=precision, compile=compile, seed=seed, store_inputs=store_inputs,
+                           activations=activations, consensus=consensus, allow_large=allow_large, resume=resume)
         runner = get_executor(executor)
         if planned.reused is not None:
             if progress is not None:
                 progress(planned.n or 0, planned.n)
             return planned.reused
+        jobs: Iterator[ChunkJob] = planned.jobs()
+        computed = planned.done
+        in_process = isinstance(runner, LocalExecutor)
+        if in_process and planned.source.random_access:  # read ahead while the model runs
+            jobs = prefetched(jobs, planned.load, depth=PREFETCH_CHUNKS)
         try:
-            for job, arrays in runner.map(evaluate_chunk, planned.jobs(), planned.ctx):
-                planned.write(job, arrays)
-                if progress is not None:
-                    progress(planned.done, planned.n)
+            # in process, each chunk is written while the next is computed
+            with BackgroundWriter(planned.write, depth=1 if in_process else 0) as writer:
+                for job, arrays in runner.map(evaluate_chunk, jobs, planned.ctx):
+                    writer.submit(job, arrays)
+                    computed += job.stop - job.start  # written by the time the run finishes
+                    if progress is not None:
+                        progress(computed, planned.n)
         except JobError as exc:
             raise planned.failure(exc) from exc
+        finally:
+            close = getattr(jobs, "close", None)
+            if close is not None:  # stops the reader thread
+                close()
         return planned.finish()
 
 
@@ -303,13 +382,15 @@ def plan_run(
     data_id: str | None = None,
     batch_size: int = 256,
     forward_batch: int | None = None,
-    memory_budget_mb: float = 1024.0,
+    memory_budget_mb: float | None = None,
     device: str | torch.device | None = None,
     normalize: tuple[Sequence[float], Sequence[float]] | None = None,
     interpolation: str = "bilinear",
     padding: str = "zeros",
     view_size: tuple[int, int] | None = None,
-    optimize: bool = False,
+    optimize: bool | str = "auto",
+    precision: str = "float32",
+    compile: bool = False,
     seed: int = 0,
     store_inputs: bool | None = None,
     activations: ActivationProbe | Sequence[str] | None = None,
@@ -336,12 +417,12 @@ def plan_run(
                         f"'rotation:0:360:5', got {type(orbit).__name__}")
     if not isinstance(task, Task):
         raise TypeError(f"task must be an orbitscope Task (e.g. Classification()), got {type(task).__name__}")
-    if forward_batch is None:
-        forward_batch = POINTS_FORWARD_BATCH if task.input_kind == "points" else FORWARD_BATCH
-    if batch_size < 1 or forward_batch < 1:
+    if (forward_batch is not None and forward_batch < 1) or batch_size < 1:
         raise SpecError("batch_size and forward_batch must be >= 1")
-    if not (isinstance(memory_budget_mb, (int, float)) and np.isfinite(memory_budget_mb) and memory_budget_mb > 0):
+    if memory_budget_mb is not None and not (isinstance(memory_budget_mb, (int, float))
+                                             and np.isfinite(memory_budget_mb) and memory_budget_mb > 0):
         raise SpecError(f"memory_budget_mb must be a positive number of megabytes, got {memory_budget_mb!r}")
+    check_optimize_options(optimize, precision, compile)
     if consensus and not task.supports_consensus:
         raise SpecError(f"task {task.kind!r} defines no consensus; evaluate without consensus=True")
     input_kind, target_kind = get_kind(task.input_kind), get_kind(task.target_kind)
@@ -362,9 +443,9 @@ def plan_run(
     norm = Normalizer(normalize, device)
     probe: ActivationProbe | None = None
     if activations is not None:
-        if optimize:
+        if optimize is True:
             raise SpecError("activations cannot be recorded with optimize=True (BatchNorm folding changes the "
-                            "hooked layers' outputs); use optimize=False")
+                            "hooked layers' outputs); use optimize='auto' (it keeps the original model) or False")
         probe = activations if isinstance(activations, ActivationProbe) else ActivationProbe(tuple(activations))
         probe = probe.resolve(model)
     st = open_store(store) if store is not None else None
@@ -372,12 +453,8 @@ def plan_run(
                 allow_large)
     stack.enter_context(eval_mode(model))  # each submodule's mode is restored exactly afterwards
     mhash, mid = _model_identity(model)
-    run_model: nn.Module = model
-    if optimize:
-        from ..models.reference import optimize_for_inference
-
-        run_model = optimize_for_inference(model, fold_bn=True, channels_last=True)
-    run_model = run_model.to(device)
+    opt = propose_optimization(model, optimize, precision=precision, compile=compile,
+                               recording_activations=probe is not None)
     keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source, task)
     config = {
         "result_format": 2,  # bump when the stored variables change
@@ -385,7 +462,7 @@ def plan_run(
         "model_hash": mhash,
         # parameter-free layers (activations, pooling) are invisible to the weight hash
         "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
-        "optimize": optimize,
+        "optimize": False,  # what ran (set below, once decided)
         "data_id": source.data_id,
         "n_samples": source.n,
         "orbit": orbit.spec(),
@@ -406,7 +483,15 @@ def plan_run(
         config["view_size"] = [int(v) for v in view_size]
     if source.groups:
         config["sample_groups"] = groups_identity(source.groups)
-    run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+    def identity(applied: bool) -> str:
+        cfg = dict(config, optimize=applied)
+        if applied and opt.precision != "float32":
+            cfg["precision"] = opt.precision
+        if applied and opt.compile:
+            cfg["compile"] = True
+        return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
     model_name = model_name or getattr(model, "name", None) or type(model).__name__
     attrs = {
         "model_name": model_name,
@@ -420,7 +505,7 @@ def plan_run(
         "normalize": config["normalize"],
         "interpolation": interpolation,
         "padding": padding,
-        "optimize": optimize,
+        "optimize": False,
         "seed": seed,
         "activations": probe.spec() if probe is not None else None,
         "identity_index": orbit.identity_index() if orbit.identity_index() is not None else -1,
@@ -434,6 +519,31 @@ def plan_run(
         attrs["view_size"] = config["view_size"]
     if source.groups:
         attrs["sample_groups"] = sorted(source.groups)
+    name = name or f"{model_name}-{orbit.kind}"
+    options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
+    if view_size is not None:
+        options["view_size"] = (int(view_size[0]), int(view_size[1]))
+    original = ModelCall(model.to(device), read=task.read_outputs, normalize=norm, forward_batch=FORWARD_BATCH,
+                         what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform")
+    ctx = EvalContext(call=original, task=task, input_kind=input_kind, target_kind=target_kind,
+                      output_kind=output_kind, transforms=transforms, orbit_shape=orbit.shape,
+                      forward_batch=FORWARD_BATCH, source=source, device=device, action_options=options, probe=probe,
+                      keep_inputs=keep_inputs, consensus=consensus, model=model)
+    if opt.candidate is not None:
+        earlier = [applied for applied in (True, False) if st is not None and resume
+                   and st.find_run(identity(applied)) is not None]
+        if earlier and (earlier[0] or optimize == "auto"):
+            opt.settle(earlier[0], None if earlier[0] else "an earlier run of the original model is reused")
+        else:
+            verify_on_first_batch(opt, ctx, device)
+    if optimize is True and opt.candidate is not None and not opt.applied:
+        raise ModelError(f"optimize=True: the optimised model does not reproduce the original on the first batch "
+                         f"({opt.reason}); evaluate with optimize='auto' (it falls back to the original) or False")
+    run_id = identity(opt.applied)
+    config["optimize"] = attrs["optimize"] = opt.applied
+    attrs["optimization"] = opt.provenance()
+    if opt.reason and not opt.applied and optimize is not False:
+        log.info("run %s runs the original model: %s", run_id, opt.reason)
     skip: set[int] = set()
     if st is not None:
         # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
@@ -455,13 +565,12 @@ def plan_run(
         elif rec is not None:
             st.delete_run(run_id)
         st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
-    name = name or f"{model_name}-{orbit.kind}"
-    fb = forward_batch_for(forward_batch, memory_budget_mb, _model_input_numel(source, view_size))
-    options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
-    if view_size is not None:
-        options["view_size"] = (int(view_size[0]), int(view_size[1]))
+    fb = forward_batch_for(default_forward_batch(forward_batch, task.input_kind, device, opt.applied),
+                           memory_budget(memory_budget_mb, device), _model_input_numel(source, view_size))
     weights, expand, run_transforms = None, None, transforms
-    if transforms.dim == 3:  # 3-D samples repeat rotations (NERO's: the identity 219 times): run each once
+    # elements that repeat run once: NERO's 3-D sample holds the identity 219 times (always
+    # so); 0° and 360° of a planar grid when optimising
+    if transforms.dim == 3 or opt.applied:
         rep = unique_elements(transforms)
         distinct = np.unique(rep)
         if len(distinct) < len(transforms):
@@ -470,14 +579,12 @@ def plan_run(
     if consensus:
         weights = np.zeros(len(run_transforms))
         weights[np.unique(unique_elements(run_transforms))] = 1.0
-    ctx = EvalContext(
-        call=ModelCall(run_model, read=task.read_outputs, normalize=norm, channels_last=optimize, forward_batch=fb,
-                       what=f"{task.input_kind} inputs {input_kind.shape_doc} after the orbit transform"),
-        task=task, input_kind=input_kind, target_kind=target_kind, output_kind=output_kind,
-        transforms=run_transforms, orbit_shape=orbit.shape, forward_batch=fb, source=source, device=device,
-        action_options=options, probe=probe, keep_inputs=keep_inputs, consensus=consensus,
-        consensus_weights=weights, expand=expand, model=model, optimize=optimize,
-    )
+    fast = opt.applied
+    ctx.call = ModelCall(opt.model.to(device), read=task.read_outputs, normalize=norm, forward_batch=fb,
+                         channels_last=fast and "channels_last" in opt.rewrites, what=original.what,
+                         precision=opt.precision if fast else "float32")
+    ctx.transforms, ctx.forward_batch, ctx.expand, ctx.consensus_weights = run_transforms, fb, expand, weights
+    ctx.optimize = fast
     variables = {v.name: v for v in task.variables(0)}
     if consensus:
         variables.update({v.name: v for v in task.consensus_variables()})

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ..errors import ModelError
 
-__all__ = ["Normalizer", "ModelCall", "finite_rows"]
+__all__ = ["Normalizer", "ModelCall", "finite_rows", "PRECISIONS"]
 
 
 class Normalizer:
@@ -84,6 +84,23 @@ def finite_rows(outputs: Any) -> Tensor | None:
     return out
 
 
+#: forward precisions: float32 (no autocast) or autocast to one of the half types
+PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _as_float32(raw: Any) -> Any:
+    """Half-precision floating tensors in ``raw`` (tensors, dicts, tuples, lists) -> float32."""
+    if isinstance(raw, Tensor):
+        return raw.float() if raw.dtype in (torch.bfloat16, torch.float16) else raw
+    if isinstance(raw, dict):
+        return {k: _as_float32(v) for k, v in raw.items()}
+    if isinstance(raw, tuple) and hasattr(raw, "_fields"):  # a named tuple
+        return type(raw)(*(_as_float32(v) for v in raw))
+    if isinstance(raw, (tuple, list)):
+        return type(raw)(_as_float32(v) for v in raw)
+    return raw
+
+
 class ModelCall:
     """Normalise, forward and read outputs, in slices of ``forward_batch`` rows.
 
@@ -96,6 +113,9 @@ class ModelCall:
         device: where the inputs are moved before normalisation (default: leave them).
         channels_last: call the model with channels-last memory format (4-D inputs).
         forward_batch: rows per forward call.
+        precision: ``"float32"`` (no autocast), or ``"bfloat16"`` / ``"float16"``: the forward
+            runs under ``torch.autocast`` on the inputs' device and floating-point outputs are
+            cast back to float32.
         what: how the inputs are described in error messages.
     """
 
@@ -103,7 +123,7 @@ class ModelCall:
                  concat: Callable[[Sequence[Any]], Any] | None = None,
                  normalize: tuple[Sequence[float], Sequence[float]] | Normalizer | None = None,
                  device: torch.device | str | None = None, channels_last: bool = False, forward_batch: int = 512,
-                 what: str = "inputs") -> None:
+                 what: str = "inputs", precision: str = "float32") -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if forward_batch < 1:
@@ -118,6 +138,9 @@ class ModelCall:
         self.channels_last = channels_last
         self.forward_batch = int(forward_batch)
         self.what = what
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.precision = precision
 
     @contextmanager
     def evaluating(self) -> Iterator["ModelCall"]:
@@ -131,8 +154,13 @@ class ModelCall:
         """One forward of already-normalised inputs; model failures become a ModelError."""
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
+        half = PRECISIONS[self.precision]
         try:
-            raw = self.model(x)
+            if half is None:
+                raw = self.model(x)
+            else:
+                with torch.autocast(device_type=x.device.type, dtype=half):
+                    raw = _as_float32(self.model(x))
         except (RuntimeError, ValueError, TypeError, AssertionError, IndexError) as exc:
             raise ModelError(
                 f"the model failed on a batch of shape {tuple(x.shape)} ({self.what}, after normalisation): {exc}. "

@@ -216,8 +216,8 @@ class ShippedEval:
 
     def landed(self, device: torch.device | str | None = None) -> EvalContext:
         """The context rebuilt on this worker (on ``device``; default: the driver's device)."""
-        from ..models.reference import optimize_for_inference
         from .model_call import ModelCall, Normalizer
+        from .optimization import rewrite_model
         from .source import DataSource
 
         ctx = self.context
@@ -226,8 +226,8 @@ class ShippedEval:
             raise ModelError("this evaluation runs on cuda but this worker has no GPU: give the executor "
                              "num_gpus=1 (Ray schedules the jobs on GPU nodes), or evaluate on cpu")
         net = self.model.build()
-        if self.optimize:
-            net = optimize_for_inference(net, fold_bn=True, channels_last=True)
+        if self.optimize:  # the rewrites the driver proved on the first batch
+            net, _ = rewrite_model(net)
         opts = dict(self.call)
         norm = opts.pop("normalize")
         if norm.spec is not None and dev != ctx.device:
@@ -286,7 +286,7 @@ def ship(context: Any) -> Any:
             data, source = data_ref(src.dataset), (src.chunk_size, src.data_id, src.collate)
         call = context.call
         options = dict(read=call.read, concat=call.concat, normalize=call.norm, channels_last=call.channels_last,
-                       forward_batch=call.forward_batch, what=call.what)
+                       forward_batch=call.forward_batch, what=call.what, precision=call.precision)
         bare = replace(context, call=None, source=None, model=None)
         check_plain((bare, options))
         return ShippedEval(bare, model_ref(context.model), context.optimize, options, data, source)

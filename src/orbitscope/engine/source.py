@@ -129,6 +129,18 @@ class DataSource:
             return None
         return self.dataset[0]  # type: ignore[index]
 
+    def first_batch(self) -> tuple[Any, Any] | None:
+        """The collated ``(inputs, targets)`` of chunk 0 (a DataLoader's first batch, read by a
+        fresh iteration), or None for empty data."""
+        if self.loader is not None:
+            batch = next(iter(self.loader), None)
+            if batch is None:
+                return None
+            if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                raise DataError(f"a DataLoader batch must be (inputs, targets), got {type(batch).__name__}")
+            return batch[0], batch[1]
+        return self.read_chunk(0) if self.n else None
+
     def input_shape(self) -> tuple[int, ...] | None:
         """Shape of one input (e.g. (C, H, W)), probed once from the first item; None for loaders."""
         if not hasattr(self, "_shape"):

@@ -265,11 +265,11 @@ def prepare_images(x: Any, device: torch.device | str | None = None, what: str =
         raise DataError(f"{what} must be (B, C, H, W); got (B, H, W) = {tuple(x.shape)}: add a channel dim")
     if x.ndim != 4:
         raise DataError(f"{what} must be images (B, C, H, W), got shape {tuple(x.shape)}")
-    if x.dtype == torch.uint8:
-        x = x.float() / 255.0
+    if x.dtype == torch.uint8:  # moved as uint8 (a quarter of the bytes), converted where it lands
+        x = x.to(device=device, non_blocking=x.is_pinned()).float() / 255.0
     elif not x.is_floating_point():
         raise DataError(f"images must be float in [0, 1] or uint8, got {x.dtype}")
-    x = x.to(device=device, dtype=torch.float32)
+    x = x.to(device=device, dtype=torch.float32, non_blocking=x.is_pinned())
     if x.numel():
         lo, hi = float(x.min()), float(x.max())
         if lo < -1e-6 or hi > 1 + 1e-6:

@@ -1,0 +1,133 @@
+"""Overlap for in-process evaluation: read the next chunks while the model runs, write the last
+one while the next is computed.
+
+* :func:`prefetched` reads chunk data in a background thread, ``depth`` chunks ahead of the
+  consumer (reading a map-style dataset, decoding, collating; on CUDA the batch is put in pinned
+  memory so that the copy to the device can run asynchronously).
+* :class:`BackgroundWriter` records finished chunks in a background thread, at most ``depth``
+  chunks behind, so that the next chunk's warp and forward do not wait for the store.
+
+Both threads do work that mostly runs outside the GIL (tensor ops, zarr compression, file
+writes) while the main thread runs the model. Nothing is lost when the loop is interrupted: the
+writer finishes every chunk handed to it before the error propagates, so a resumed run starts
+after the last computed chunk.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+import torch
+
+__all__ = ["prefetched", "BackgroundWriter", "pin_batch"]
+
+J = TypeVar("J")
+
+_DONE = object()
+
+
+def pin_batch(batch: Any) -> Any:
+    """CPU tensors of a collated batch (tensors, tuples, lists, dicts) in pinned memory."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory() if batch.device.type == "cpu" else batch
+    if isinstance(batch, dict):
+        return {k: pin_batch(v) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)) and not hasattr(batch, "_fields"):
+        return type(batch)(pin_batch(v) for v in batch)
+    return batch
+
+
+def prefetched(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Iterator[J]:
+    """``load(job)`` for every job, computed in a background thread at most ``depth`` jobs ahead
+    of the consumer, yielded in order. An exception raised by ``load`` is re-raised here, at the
+    job where it happened; closing the iterator stops the thread."""
+    if depth < 1:
+        yield from (load(j) for j in jobs)
+        return
+    slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for job in jobs:
+                if stop.is_set():
+                    return
+                item: Any = (True, load(job))
+                while not stop.is_set():
+                    try:
+                        slots.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            slots.put((False, exc))
+            return
+        slots.put((True, _DONE))
+
+    thread = threading.Thread(target=produce, name="orbitscope-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, item = slots.get()
+            if not ok:
+                raise item
+            if item is _DONE:
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # let a blocked producer see the stop
+            try:
+                slots.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        thread.join()
+
+
+class BackgroundWriter:
+    """``write(*args)`` calls run in one background thread, in order, at most ``depth`` behind
+    (``depth=0``: in the caller's thread, at once).
+
+    Use as a context manager: :meth:`submit` queues a call (and re-raises an earlier call's
+    error); leaving the block waits for every queued call, also when the block raised, so that
+    every computed chunk is written. A write error is raised at the next submit or at exit."""
+
+    def __init__(self, write: Callable[..., None], depth: int = 1) -> None:
+        self.write = write
+        self.calls: queue.Queue[Any] = queue.Queue(maxsize=max(1, depth))
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="orbitscope-writer", daemon=True) if depth > 0 else None
+
+    def _run(self) -> None:
+        while True:
+            args = self.calls.get()
+            if args is _DONE:
+                return
+            if self.error is None:
+                try:
+                    self.write(*args)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                    self.error = exc
+
+    def __enter__(self) -> "BackgroundWriter":
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def submit(self, *args: Any) -> None:
+        if self.thread is None:  # depth 0: write now, in this thread
+            self.write(*args)
+            return
+        if self.error is not None:
+            raise self.error
+        self.calls.put(args)
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self.thread is None:
+            return
+        self.calls.put(_DONE)
+        self.thread.join()
+        if self.error is not None and exc is None:
+            raise self.error

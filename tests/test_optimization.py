@@ -1,0 +1,282 @@
+"""Optimised by default, with proof: the first-batch check, its fallbacks, what the run records,
+run identities, repeated elements run once, mixed precision, forward-batch sizing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import orbitscope as osc
+from orbitscope.engine.evaluation import default_forward_batch, memory_budget
+from orbitscope.engine.optimization import TOLERANCE, first_batch_check
+from orbitscope.errors import ModelError, SpecError
+from orbitscope.kinds.image import prepare_images
+
+
+def _bn_cnn(seed: int = 0) -> nn.Module:
+    """A small conv/BatchNorm classifier with non-trivial running statistics (as after training)."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
+                        nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(32, 10))
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+def _data(n: int = 24, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 12, 12, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def _provenance(run: osc.Run) -> dict:
+    value = run.result.attrs["optimization"]
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _values(run: osc.Run, name: str) -> np.ndarray:
+    return np.asarray(run.result.data[name].values)
+
+
+def test_default_runs_the_optimised_model_and_records_the_check(tmp_path) -> None:
+    net, data = _bn_cnn(), _data()
+    fast = osc.evaluate(net, data, osc.Rotation([0, 30, 90]), store=tmp_path / "a", batch_size=8)
+    plain = osc.evaluate(net, data, osc.Rotation([0, 30, 90]), store=tmp_path / "b", batch_size=8, optimize=False)
+    rec = _provenance(fast)
+    assert rec["requested"] == "auto" and rec["ran"] == "optimized"
+    assert rec["rewrites"] == ["fold_batchnorm", "channels_last"]
+    check = rec["check"]
+    assert check["passed"] and check["predictions_equal"] and check["tolerance"] == TOLERANCE["float32"]
+    assert check["rows"] == 8 * 3  # chunk 0 (8 samples) under every element (fewer than 256 rows)
+    assert 0 < check["max_difference"] <= TOLERANCE["float32"]
+    assert _provenance(plain)["ran"] == "original" and _provenance(plain)["reason"] == "optimize=False"
+    assert fast.run_id != plain.run_id  # what ran is part of the identity
+    # the predictions are those of the original model; probabilities agree to float rounding
+    np.testing.assert_array_equal(_values(fast, "correct"), _values(plain, "correct"))
+    np.testing.assert_allclose(_values(fast, "confidence"), _values(plain, "confidence"), atol=1e-5)
+    assert not np.array_equal(_values(fast, "confidence"), _values(plain, "confidence"))  # it did run another model
+
+
+def test_optimize_false_equals_a_plain_loop_bit_for_bit() -> None:
+    """optimize=False: the model as given, at the engine's old forward batch; compared with the
+    model called on each element's warped inputs by hand."""
+    net, (x, y) = _bn_cnn(), _data(40)
+    angles = [0.0, 45.0, 90.0]
+    run = osc.evaluate(net, (x, y), osc.Rotation(angles), optimize=False, batch_size=40)
+    with torch.inference_mode():
+        warped = osc.warp_images(x, osc.Rotation(angles).transforms())  # (K, B, C, H, W)
+        logits = net(warped.reshape(-1, 1, 12, 12)).reshape(len(angles), 40, 10)
+    expected = torch.softmax(logits, -1).gather(-1, y.expand(len(angles), -1)[..., None])[..., 0].T
+    np.testing.assert_array_equal(_values(run, "confidence"), expected.numpy())
+
+
+class _LayoutSensitive(nn.Module):
+    """Outputs that depend on the weights' memory format: channels_last changes them by 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _bn_cnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + float(self.body[3].weight.is_contiguous())
+
+
+class _NeedsItsBatchNorm(nn.Module):
+    """Reads its BatchNorm's statistics in forward: folding replaces the BatchNorm by an Identity."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _bn_cnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + 0 * self.body[1].running_mean.sum()
+
+
+@pytest.mark.parametrize("model, reason", [(_LayoutSensitive, "differs by"), (_NeedsItsBatchNorm, "failed")])
+def test_a_failed_check_falls_back_to_the_original_with_the_reason(model, reason, tmp_path, caplog) -> None:
+    net, data = model(), _data()
+    with caplog.at_level(logging.WARNING, logger="orbitscope.engine.optimization"):
+        auto = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8)
+    rec = _provenance(auto)
+    assert rec["ran"] == "original" and rec["check"]["passed"] is False
+    assert reason in rec["reason"] and "first-batch check failed" in rec["reason"]
+    assert any("not used" in r.message for r in caplog.records)
+    plain = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8, optimize=False)
+    assert plain.reused and plain.run_id == auto.run_id  # the fallback is the original model's run
+    with pytest.raises(ModelError, match="optimize=True"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=True)
+
+
+def test_hooks_activations_and_training_mode_keep_the_original(tmp_path) -> None:
+    net, data = _bn_cnn(), _data()
+    handle = net[0].register_forward_hook(lambda m, i, o: None)
+    run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8)
+    assert _provenance(run)["ran"] == "original" and "hooks" in _provenance(run)["reason"]
+    with pytest.raises(SpecError, match="hooks"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=True)
+    handle.remove()
+
+    run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, activations=["0"])
+    assert _provenance(run)["ran"] == "original" and "activations" in _provenance(run)["reason"]
+    with pytest.raises(SpecError, match="activations"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, activations=["0"], optimize=True)
+
+    class StaysTraining(nn.Module):  # e.g. a graph exported in training mode: eval() cannot change it
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = _bn_cnn()
+
+        def train(self, mode: bool = True) -> "StaysTraining":
+            return self
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    stubborn = StaysTraining()
+    run = osc.evaluate(stubborn, data, osc.Rotation([0, 90]), batch_size=8)
+    assert _provenance(run)["ran"] == "original" and "training mode" in _provenance(run)["reason"]
+
+
+def test_nothing_to_optimise_runs_the_original_under_its_identity(tmp_path) -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(144, 10)).eval()
+    data = _data()
+    plain = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, optimize=False)
+    auto = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path)
+    assert auto.reused and auto.run_id == plain.run_id
+    fresh = osc.evaluate(net, data, osc.Rotation([0, 90]))
+    assert "nothing to optimise" in _provenance(fresh)["reason"] and fresh.run_id == plain.run_id
+
+
+def test_finished_runs_are_reused_without_a_new_check(tmp_path, monkeypatch) -> None:
+    net, data = _bn_cnn(), _data()
+    first = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8)
+    import orbitscope.engine.evaluation as evaluation
+
+    def no_check(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise AssertionError("a finished run needs no first-batch check")
+
+    monkeypatch.setattr(evaluation, "verify_on_first_batch", no_check)
+    again = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8)
+    assert again.reused and again.run_id == first.run_id
+    explicit = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8, optimize=True)
+    assert explicit.reused and explicit.run_id == first.run_id
+
+
+class _Counting(nn.Module):
+    """Counts the rows it is called on (a plain attribute, not a hook: it stays optimisable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _bn_cnn()
+        self.rows = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.rows += len(x)
+        return self.body(x)
+
+
+def test_repeated_elements_run_once_when_optimising() -> None:
+    data = _data(16)
+    orbit = osc.Rotation([0, 90, 180, 270, 360])  # 360° is 0° again
+    counting = _Counting()
+    run = osc.evaluate(counting, data, orbit, batch_size=16)
+    conf = _values(run, "confidence")
+    np.testing.assert_array_equal(conf[:, 4], conf[:, 0])
+    check_rows = _provenance(run)["check"]["rows"]  # the check ran both models on these rows
+    # the optimised copy is a deep copy: its counter counts the 4 distinct elements (and the check)
+    fast_rows = 16 * 4 + check_rows
+    assert counting.rows == check_rows  # the original ran on the check's rows only
+    plain = _Counting()
+    osc.evaluate(plain, data, orbit, batch_size=16, optimize=False)
+    assert plain.rows == 16 * 5  # as before: every element, no check
+    assert fast_rows < 16 * 5 + check_rows
+
+
+class _Margin(nn.Module):
+    """Class 0 wins by 10 logits whatever the input: a mixed-precision forward cannot flip it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _bn_cnn()
+        self.register_buffer("offset", torch.tensor([10.0] + [0.0] * 9))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.1 * torch.tanh(self.body(x)) + self.offset
+
+
+def test_bfloat16_is_opt_in_and_checked() -> None:
+    data = _data()
+    net = _Margin().eval()
+    fp32 = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=False)
+    half = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, precision="bfloat16")
+    rec = _provenance(half)
+    assert rec["ran"] == "optimized" and rec["precision"] == "bfloat16"
+    assert rec["check"]["tolerance"] == TOLERANCE["bfloat16"] and rec["check"]["passed"]
+    assert half.run_id != osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8).run_id
+    np.testing.assert_array_equal(_values(half, "correct"), _values(fp32, "correct"))
+    np.testing.assert_allclose(_values(half, "confidence"), _values(fp32, "confidence"), atol=5e-3)
+    assert _values(half, "confidence").dtype == np.float32
+    with pytest.raises(SpecError, match="precision"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), precision="float8")
+    with pytest.raises(SpecError, match="optimize=False"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), precision="bfloat16", optimize=False)
+    with pytest.raises(SpecError, match="optimize must be"):
+        osc.evaluate(net, data, osc.Rotation([0, 90]), optimize="fast")
+
+
+def test_first_batch_check_compares_outputs_and_predictions() -> None:
+    x = torch.zeros(4, 1)
+    ref = torch.tensor([[1.0, 2.0], [3.0, float("nan")], [0.5, 0.49], [2.0, 1.0]])
+
+    def score(out: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"label": torch.nan_to_num(out, nan=-1).argmax(1), "top": torch.nan_to_num(out).max(1).values}
+
+    def check(other: torch.Tensor, precision: str = "float32"):  # noqa: ANN202
+        return first_batch_check(lambda _: ref, lambda _: other, x, score, precision)
+
+    record, problem = check(ref + 5e-5)
+    assert problem is None and record["passed"] and record["max_difference"] == pytest.approx(5e-5 / 3, rel=0.05)
+    _, problem = check(ref + 3e-4)  # above 1e-4 × max |output| = 3e-4 / 3
+    assert problem is not None and "above" in problem
+    flipped = ref.clone()
+    flipped[2] = torch.tensor([0.1, 0.5])
+    record, problem = check(flipped, "bfloat16")  # 0.4 / 3 = 0.13: above even the bfloat16 tolerance
+    assert problem is not None and not record["passed"]
+    near_tie = ref.clone()
+    near_tie[2] = torch.tensor([0.49, 0.5])  # within the bfloat16 tolerance, but the prediction flips
+    record, problem = check(near_tie, "bfloat16")
+    assert problem is not None and "predictions" in problem and record["predictions_equal"] is False
+    nan_moved = ref.clone()
+    nan_moved[1] = torch.tensor([float("nan"), 3.0])
+    assert "NaN" in check(nan_moved)[1]
+    assert "shape" in check(ref[:3])[1]
+
+
+def test_uint8_images_are_converted_where_they_land() -> None:
+    g = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 256, (5, 3, 7, 7), dtype=torch.uint8, generator=g)
+    out = prepare_images(raw, "cpu")
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, raw.float() / 255.0, rtol=0, atol=0)
+
+
+def test_forward_batches_follow_the_device() -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert default_forward_batch(None, "image", cpu, fast=False) == 512  # as before
+    assert default_forward_batch(None, "image", cpu, fast=True) == 128
+    assert default_forward_batch(None, "points", cpu, fast=True) == 64
+    assert default_forward_batch(None, "image", cuda, fast=True) == 4096
+    assert default_forward_batch(300, "image", cuda, fast=True) == 300
+    assert memory_budget(None, cpu) == 1024.0
+    assert memory_budget(None, cuda, mem_get_info=lambda d: (80 * 2**30, 139 * 2**30)) == 40 * 1024
+    assert memory_budget(256.0, cuda, mem_get_info=lambda d: (80 * 2**30, 139 * 2**30)) == 256.0
+    # ResNet-sized inputs on 80 GiB free: activations of 64 × 3·224·224 floats per input
+    fb = osc.engine.evaluation.forward_batch_for(4096, 40 * 1024, 3 * 224 * 224)
+    assert fb == int(40 * 1024 * 2**20 // (3 * 224 * 224 * 4 * 64))
