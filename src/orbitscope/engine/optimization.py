@@ -197,7 +197,11 @@ def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Te
     forwards' times) and the failure reason (None when the check passes)."""
     tol = TOLERANCE[precision]
     t0 = time.perf_counter()
-    reference = original(x)
+    try:
+        reference = original(x)
+    except Exception as exc:  # noqa: BLE001 - the chunk that meets it reports it, naming run and chunk
+        return ({"rows": int(len(x)), "tolerance": tol, "passed": False},
+                f"the original model failed on the first batch: {type(exc).__name__}")
     t1 = time.perf_counter()
     try:
         candidate = optimized(x)
@@ -240,7 +244,7 @@ def propose_optimization(model: nn.Module, optimize: Any, *, precision: str = "f
     reason = ineligibility(model, recording_activations=recording_activations, precision=precision, compile=compile)
     if reason is not None and optimize is True and not reason.startswith("nothing to optimise"):
         raise SpecError(f"optimize=True, but {reason}; use optimize='auto' (it keeps the original model) or False")
-    if reason is None:
+    if reason is None or optimize is True:  # True on a model with nothing to rewrite: a checked copy, as before
         opt.candidate, opt.rewrites, reason = try_rewrite(model, compile)
         if reason is not None and optimize is True:
             raise SpecError(f"optimize=True, but {reason}; use optimize='auto' or False")
@@ -257,7 +261,7 @@ def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device) -> 
     assert opt.candidate is not None
     rows = first_forward_rows(ctx, CHECK_ROWS)
     if rows is None:  # no data: nothing to prove it on, nothing to run either
-        opt.settle(False, "no data to check the optimised model on")
+        opt.settle(opt.requested is True, "no data to check the optimised model on")
         return
     x, y, g = rows
     original = ctx.call

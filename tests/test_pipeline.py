@@ -1,0 +1,106 @@
+"""Read-ahead and write-behind of in-process evaluation: order, errors, nothing lost on interrupt."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import orbitscope as osc
+from orbitscope.engine.pipeline import BackgroundWriter, prefetched
+from orbitscope.results.store import Store
+
+
+def test_prefetched_reads_ahead_in_order_and_raises_where_it_failed() -> None:
+    loaded: list[int] = []
+
+    def load(j: int) -> int:
+        loaded.append(j)
+        if j == 5:
+            raise ValueError("chunk 5 is damaged")
+        return j * 10
+
+    it = prefetched(range(8), load, depth=2)
+    assert next(it) == 0
+    deadline = time.monotonic() + 5
+    while len(loaded) < 3 and time.monotonic() < deadline:  # the reader runs ahead of the consumer
+        time.sleep(0.01)
+    assert loaded[:3] == [0, 1, 2] and len(loaded) <= 4  # at most depth (+ one in hand) ahead
+    assert [next(it) for _ in range(4)] == [10, 20, 30, 40]
+    with pytest.raises(ValueError, match="chunk 5"):
+        next(it)
+    assert list(prefetched(range(3), lambda j: j + 1, depth=0)) == [1, 2, 3]
+
+
+def test_closing_a_prefetch_stops_its_thread() -> None:
+    it = prefetched(iter(range(1000)), lambda j: j, depth=2)
+    assert next(it) == 0
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "orbitscope-prefetch" and t.is_alive()]
+
+
+def test_background_writer_keeps_order_and_writes_everything_on_interrupt() -> None:
+    written: list[int] = []
+
+    def slow_write(i: int) -> None:
+        time.sleep(0.02)
+        written.append(i)
+
+    with pytest.raises(KeyboardInterrupt):
+        with BackgroundWriter(slow_write, depth=1) as w:
+            for i in range(4):
+                w.submit(i)
+            raise KeyboardInterrupt
+    assert written == [0, 1, 2, 3]  # every submitted chunk was written before the error went on
+
+    def failing(i: int) -> None:
+        if i == 1:
+            raise OSError("disk full")
+        written.append(i)
+
+    written.clear()
+    with pytest.raises(OSError, match="disk full"):
+        with BackgroundWriter(failing, depth=1) as w:
+            for i in range(5):
+                w.submit(i)
+                time.sleep(0.01)
+    assert written == [0]  # nothing is written after a failed write
+
+
+class _Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                                  nn.Linear(4 * 8 * 8, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_an_interrupted_evaluation_keeps_its_computed_chunks_and_resumes_identically(tmp_path) -> None:
+    g = torch.Generator().manual_seed(1)
+    data = (torch.rand(60, 1, 8, 8, generator=g), torch.randint(0, 5, (60,), generator=g))
+    net = _Net().eval()
+    orbit = osc.Rotation([0, 45, 90])
+    seen: list[int] = []
+
+    def stop_after_two(done: int, n: int | None) -> None:
+        seen.append(done)
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        osc.evaluate(net, data, orbit, store=tmp_path / "a", batch_size=10, progress=stop_after_two)
+    store = Store(tmp_path / "a", create=False)
+    (rec,) = store.runs()
+    assert len(store.done_chunks(rec.run_id)) == 2  # both computed chunks are in the store
+    resumed = osc.evaluate(net, data, orbit, store=tmp_path / "a", batch_size=10)
+    clean = osc.evaluate(net, data, orbit, store=tmp_path / "b", batch_size=10)
+    assert resumed.run_id == clean.run_id
+    for v in ("correct", "confidence"):
+        np.testing.assert_array_equal(resumed.result[v].values, clean.result[v].values)
