@@ -280,3 +280,25 @@ def test_forward_batches_follow_the_device() -> None:
     # ResNet-sized inputs on 80 GiB free: activations of 64 × 3·224·224 floats per input
     fb = osc.engine.evaluation.forward_batch_for(4096, 40 * 1024, 3 * 224 * 224)
     assert fb == int(40 * 1024 * 2**20 // (3 * 224 * 224 * 4 * 64))
+
+
+def test_cli_optimize_choices() -> None:
+    from orbitscope.cli.common import parse_optimize
+
+    assert [parse_optimize(v) for v in ("auto", "on", "OFF", "true", "no")] == ["auto", True, False, True, False]
+    with pytest.raises(ValueError, match="use auto"):
+        parse_optimize("fast")
+
+
+def test_a_failing_model_fails_as_before_whatever_optimize_says() -> None:
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = _bn_cnn()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("deliberate failure")
+
+    for optimize in ("auto", True):
+        with pytest.raises(ModelError, match="the model failed on a batch .*deliberate failure"):
+            osc.evaluate(Broken(), _data(), osc.Rotation([0, 90]), batch_size=8, optimize=optimize)

@@ -536,7 +536,8 @@ def plan_run(
             opt.settle(earlier[0], None if earlier[0] else "an earlier run of the original model is reused")
         else:
             verify_on_first_batch(opt, ctx, device)
-    if optimize is True and opt.candidate is not None and not opt.applied:
+    if optimize is True and opt.candidate is not None and not opt.applied \
+            and "the original model failed" not in (opt.reason or ""):  # that one: the chunk reports it
         raise ModelError(f"optimize=True: the optimised model does not reproduce the original on the first batch "
                          f"({opt.reason}); evaluate with optimize='auto' (it falls back to the original) or False")
     run_id = identity(opt.applied)

@@ -33,7 +33,7 @@ import copy
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -109,7 +109,6 @@ class Optimization:
     reason: str | None = None
     check: dict[str, Any] | None = None
     compile_seconds: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def settle(self, applied: bool, reason: str | None = None) -> None:
         """Decide: run the candidate (``applied``) or the original (with ``reason``)."""
@@ -130,7 +129,6 @@ class Optimization:
             out["check"] = self.check
         if self.compile_seconds is not None:
             out["compile_seconds"] = round(self.compile_seconds, 3)
-        out.update(self.extra)
         return out
 
 
