@@ -45,11 +45,26 @@ def test_cuda_matches_cpu_and_records_the_device() -> None:
     np.testing.assert_allclose(gpu.result["confidence"].values, cpu.result["confidence"].values, atol=1e-4)
 
 
+class _Margin(nn.Module):
+    """Class 0 wins by 10 logits whatever the input: mixed precision cannot flip a prediction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = _net()
+        self.register_buffer("offset", torch.tensor([10.0] + [0.0] * 9))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.1 * torch.tanh(self.body(x)) + self.offset
+
+
 @pytest.mark.parametrize("precision", ["float16", "bfloat16"])
 def test_mixed_precision_on_cuda_is_checked(precision: str) -> None:
     g = torch.Generator().manual_seed(1)
     data = (torch.rand(32, 1, 16, 16, generator=g), torch.randint(0, 10, (32,), generator=g))
-    run = osc.evaluate(_net(), data, osc.Rotation([0, 90]), device="cuda", precision=precision)
+    net = _Margin().eval()
+    full = osc.evaluate(net, data, osc.Rotation([0, 90]), device="cuda", optimize=False)
+    run = osc.evaluate(net, data, osc.Rotation([0, 90]), device="cuda", precision=precision)
     rec = _record(run)
-    assert rec["check"]["tolerance"] == TOLERANCE[precision]
-    assert rec["ran"] == ("optimized" if rec["check"]["passed"] else "original")
+    assert rec["check"]["tolerance"] == TOLERANCE[precision] and rec["check"]["passed"]
+    assert rec["ran"] == "optimized" and rec["precision"] == precision
+    np.testing.assert_allclose(run.result["confidence"].values, full.result["confidence"].values, atol=5e-3)

@@ -183,20 +183,24 @@ class _Counting(nn.Module):
 
 
 def test_repeated_elements_run_once_when_optimising() -> None:
+    from contextlib import ExitStack
+
+    from orbitscope.engine.evaluation import plan_run
+
     data = _data(16)
     orbit = osc.Rotation([0, 90, 180, 270, 360])  # 360° is 0° again
+    for optimize, distinct in (("auto", 4), (False, 5)):
+        with ExitStack() as stack:
+            planned = plan_run(stack, _Counting(), data, orbit, batch_size=16, optimize=optimize)
+            assert len(planned.ctx.transforms) == distinct  # the elements the model runs on
     counting = _Counting()
     run = osc.evaluate(counting, data, orbit, batch_size=16)
     conf = _values(run, "confidence")
-    np.testing.assert_array_equal(conf[:, 4], conf[:, 0])
-    check_rows = _provenance(run)["check"]["rows"]  # the check ran both models on these rows
-    # the optimised copy is a deep copy: its counter counts the 4 distinct elements (and the check)
-    fast_rows = 16 * 4 + check_rows
-    assert counting.rows == check_rows  # the original ran on the check's rows only
+    np.testing.assert_array_equal(conf[:, 4], conf[:, 0])  # 360° takes 0°'s values
+    assert counting.rows == _provenance(run)["check"]["rows"]  # the original ran on the check's rows only
     plain = _Counting()
     osc.evaluate(plain, data, orbit, batch_size=16, optimize=False)
     assert plain.rows == 16 * 5  # as before: every element, no check
-    assert fast_rows < 16 * 5 + check_rows
 
 
 class _Margin(nn.Module):
@@ -243,8 +247,18 @@ def test_first_batch_check_compares_outputs_and_predictions() -> None:
 
     record, problem = check(ref + 5e-5)
     assert problem is None and record["passed"] and record["max_difference"] == pytest.approx(5e-5 / 3, rel=0.05)
-    _, problem = check(ref + 3e-4)  # above 1e-4 × max |output| = 3e-4 / 3
+    assert record["predictions_equal"] is True
+    record, problem = check(ref + 3e-4)  # above 1e-4 × max |output| = 3e-4 / 3
     assert problem is not None and "above" in problem
+    assert record["predictions_equal"] is None  # the outputs failed first: predictions not compared
+    with_inf = ref.clone()
+    with_inf[3, 1] = -float("inf")  # e.g. padded detection scores
+    record, problem = first_batch_check(lambda _: with_inf, lambda _: with_inf + 1e-6, x, score, "float32")
+    assert problem is None and record["max_difference"] == pytest.approx(1e-6 / 3, rel=0.05)
+    other_inf = with_inf.clone()
+    other_inf[3, 1] = float("inf")
+    _, problem = first_batch_check(lambda _: with_inf, lambda _: other_inf, x, score, "float32")
+    assert problem is not None and "infinite" in problem
     flipped = ref.clone()
     flipped[2] = torch.tensor([0.1, 0.5])
     record, problem = check(flipped, "bfloat16")  # 0.4 / 3 = 0.13: above even the bfloat16 tolerance
@@ -259,7 +273,9 @@ def test_first_batch_check_compares_outputs_and_predictions() -> None:
     assert "shape" in check(ref[:3])[1]
 
 
-def test_uint8_images_are_converted_where_they_land() -> None:
+def test_uint8_images_moved_before_conversion_give_the_same_values() -> None:
+    """prepare_images now moves uint8 to the device before dividing by 255: same float32 values
+    (the transfer itself is only exercised on a GPU, tests/test_gpu.py)."""
     g = torch.Generator().manual_seed(0)
     raw = torch.randint(0, 256, (5, 3, 7, 7), dtype=torch.uint8, generator=g)
     out = prepare_images(raw, "cpu")
@@ -270,6 +286,8 @@ def test_uint8_images_are_converted_where_they_land() -> None:
 def test_forward_batches_follow_the_device() -> None:
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert default_forward_batch(None, "image", cpu, fast=False) == 512  # as before
+    assert default_forward_batch(None, "image", cuda, fast=False) == 512  # the original model: as before
+    assert memory_budget(None, cuda, fast=False, mem_get_info=lambda d: (80 * 2**30, 139 * 2**30)) == 1024.0
     assert default_forward_batch(None, "image", cpu, fast=True) == 128
     assert default_forward_batch(None, "points", cpu, fast=True) == 64
     assert default_forward_batch(None, "image", cuda, fast=True) == 4096
@@ -302,3 +320,8 @@ def test_a_failing_model_fails_as_before_whatever_optimize_says() -> None:
     for optimize in ("auto", True):
         with pytest.raises(ModelError, match="the model failed on a batch .*deliberate failure"):
             osc.evaluate(Broken(), _data(), osc.Rotation([0, 90]), batch_size=8, optimize=optimize)
+
+
+def test_compile_stays_in_process() -> None:
+    with pytest.raises(SpecError, match="compile=True runs in this process only"):
+        osc.evaluate(_bn_cnn(), _data(), osc.Rotation([0, 90]), compile=True, executor="process")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import orbitscope as osc
-from orbitscope.engine.pipeline import BackgroundWriter, prefetched
+from orbitscope.engine.pipeline import BackgroundWriter, prefetched, read_ahead
 from orbitscope.results.store import Store
 
 
@@ -104,3 +104,52 @@ def test_an_interrupted_evaluation_keeps_its_computed_chunks_and_resumes_identic
     assert resumed.run_id == clean.run_id
     for v in ("correct", "confidence"):
         np.testing.assert_array_equal(resumed.result[v].values, clean.result[v].values)
+
+
+def test_read_ahead_uses_a_thread_for_plain_data_and_not_for_data_that_draws_random_numbers() -> None:
+    seen_threads: list[str] = []
+
+    def load(j: int) -> int:
+        seen_threads.append(threading.current_thread().name)
+        return j
+
+    assert list(read_ahead(range(5), load)) == [0, 1, 2, 3, 4]
+    assert seen_threads[0] == "MainThread" and set(seen_threads[1:]) == {"orbitscope-prefetch"}
+
+    seen_threads.clear()
+
+    def random_load(j: int) -> int:
+        seen_threads.append(threading.current_thread().name)
+        return j + int(torch.rand(()) * 0)  # draws from torch's global generator
+
+    assert list(read_ahead(range(5), random_load)) == [0, 1, 2, 3, 4]
+    assert set(seen_threads) == {"MainThread"}
+
+
+class _Augmenting(torch.utils.data.Dataset):
+    """Random noise added when an item is read (as a random augmentation would)."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(3)
+        self.images, self.labels = torch.rand(40, 1, 8, 8, generator=g) * 0.5, torch.randint(0, 5, (40,), generator=g)
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):  # noqa: ANN204
+        return self.images[i] + 0.1 * torch.rand(1, 8, 8), int(self.labels[i])
+
+
+class _Noisy(_Net):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x) + torch.randn(len(x), 5)  # seeded per chunk by the engine
+
+
+def test_data_that_draws_random_numbers_gives_the_same_results_every_time() -> None:
+    runs = []
+    for _ in range(3):
+        torch.manual_seed(11)  # the global state the dataset draws from
+        run = osc.evaluate(_Noisy().eval(), _Augmenting(), osc.Rotation([0, 90]), batch_size=8, optimize=False)
+        runs.append(run.result["confidence"].values)
+    np.testing.assert_array_equal(runs[0], runs[1])
+    np.testing.assert_array_equal(runs[0], runs[2])

@@ -39,7 +39,7 @@ from .activations import ActivationProbe
 from .chunk import ChunkJob, EvalContext, evaluate_chunk
 from .executors import Executor, LocalExecutor, get_executor
 from .model_call import ModelCall, Normalizer
-from .pipeline import BackgroundWriter, pin_batch, prefetched
+from .pipeline import BackgroundWriter, pin_batch, read_ahead
 from .optimization import check_optimize_options, propose_optimization, verify_on_first_batch
 from .source import DataSource, groups_identity
 
@@ -99,25 +99,26 @@ CPU_MEMORY_BUDGET_MB = 1024.0
 
 def default_forward_batch(forward_batch: int | None, input_kind: str, device: torch.device, fast: bool) -> int:
     """The requested forward batch, or the default: :data:`POINTS_FORWARD_BATCH` for point
-    clouds, :data:`CUDA_FORWARD_BATCH` on CUDA, :data:`FAST_CPU_FORWARD_BATCH` when the
-    optimised model runs on a CPU, else :data:`FORWARD_BATCH` (the engine's batch before
-    optimisation became the default, so ``optimize=False`` runs as it did)."""
+    clouds; for the optimised model (``fast``) :data:`CUDA_FORWARD_BATCH` on CUDA and
+    :data:`FAST_CPU_FORWARD_BATCH` on a CPU; for the original :data:`FORWARD_BATCH` (the
+    engine's batch before optimisation became the default, so ``optimize=False`` runs as it did)."""
     if forward_batch is not None:
         return int(forward_batch)
     if input_kind == "points":
         return POINTS_FORWARD_BATCH
-    if device.type == "cuda":
-        return CUDA_FORWARD_BATCH
-    return FAST_CPU_FORWARD_BATCH if fast else FORWARD_BATCH
+    if not fast:
+        return FORWARD_BATCH
+    return CUDA_FORWARD_BATCH if device.type == "cuda" else FAST_CPU_FORWARD_BATCH
 
 
-def memory_budget(memory_budget_mb: float | None, device: torch.device,
+def memory_budget(memory_budget_mb: float | None, device: torch.device, fast: bool = True,
                   mem_get_info: Callable[[torch.device], tuple[int, int]] | None = None) -> float:
     """MiB that one forward slice's activations may take: as given, else half the device's free
-    memory on CUDA (``torch.cuda.mem_get_info``), else :data:`CPU_MEMORY_BUDGET_MB`."""
+    memory on CUDA (``torch.cuda.mem_get_info``) when the optimised model runs, else
+    :data:`CPU_MEMORY_BUDGET_MB` (the original model: as before optimisation was the default)."""
     if memory_budget_mb is not None:
         return float(memory_budget_mb)
-    if device.type == "cuda":
+    if device.type == "cuda" and fast:
         free, _total = (mem_get_info or torch.cuda.mem_get_info)(device)
         return max(64.0, free / 2 / 2**20)
     return CPU_MEMORY_BUDGET_MB
@@ -335,6 +336,10 @@ def evaluate(
     Returns:
         A :class:`Run` with ``result`` (an :class:`OrbitResult`: sample × orbit dims).
     """
+    runner = get_executor(executor)
+    if compile and not isinstance(runner, LocalExecutor):
+        raise SpecError(f"compile=True runs in this process only (a compiled model does not travel to workers); "
+                        f"use the local executor, or drop compile for executor {runner.name!r}")
     with ExitStack() as stack:
         planned = plan_run(stack, model, data, orbit, task, store=store, name=name, model_name=model_name,
                            data_id=data_id, batch_size=batch_size, forward_batch=forward_batch,
@@ -342,7 +347,6 @@ def evaluate(
                            interpolation=interpolation, padding=padding, view_size=view_size, optimize=optimize,
                            precision=precision, compile=compile, seed=seed, store_inputs=store_inputs,
                            activations=activations, consensus=consensus, allow_large=allow_large, resume=resume)
-        runner = get_executor(executor)
         if planned.reused is not None:
             if progress is not None:
                 progress(planned.n or 0, planned.n)
@@ -351,7 +355,7 @@ def evaluate(
         computed = planned.done
         in_process = isinstance(runner, LocalExecutor)
         if in_process and planned.source.random_access:  # read ahead while the model runs
-            jobs = prefetched(jobs, planned.load, depth=PREFETCH_CHUNKS)
+            jobs = read_ahead(jobs, planned.load, depth=PREFETCH_CHUNKS)
         try:
             # in process, each chunk is written while the next is computed
             with BackgroundWriter(planned.write, depth=1 if in_process else 0) as writer:
@@ -529,13 +533,23 @@ def plan_run(
                       output_kind=output_kind, transforms=transforms, orbit_shape=orbit.shape,
                       forward_batch=FORWARD_BATCH, source=source, device=device, action_options=options, probe=probe,
                       keep_inputs=keep_inputs, consensus=consensus, model=model)
+    input_numel = _model_input_numel(source, view_size)
+
+    def slice_size(fast: bool) -> int:
+        return forward_batch_for(default_forward_batch(forward_batch, task.input_kind, device, fast),
+                                 memory_budget(memory_budget_mb, device, fast=fast), input_numel)
+
     if opt.candidate is not None:
-        earlier = [applied for applied in (True, False) if st is not None and resume
-                   and st.find_run(identity(applied)) is not None]
-        if earlier and (earlier[0] or optimize == "auto"):
-            opt.settle(earlier[0], None if earlier[0] else "an earlier run of the original model is reused")
+        # an earlier run of this evaluation under either identity is reused or resumed as it was
+        # written (complete runs first, then the optimised one); only a new run needs the check
+        records = [(applied, st.find_run(identity(applied))) for applied in (True, False)] \
+            if st is not None and resume else []
+        earlier = sorted(((not rec.complete, not applied) for applied, rec in records if rec is not None))
+        if earlier and (not earlier[0][1] or optimize == "auto"):
+            applied = not earlier[0][1]
+            opt.settle(applied, None if applied else "an earlier run of the original model is reused")
         else:
-            verify_on_first_batch(opt, ctx, device)
+            verify_on_first_batch(opt, ctx, device, slice_size(True))
     if optimize is True and opt.candidate is not None and not opt.applied \
             and "the original model failed" not in (opt.reason or ""):  # that one: the chunk reports it
         raise ModelError(f"optimize=True: the optimised model does not reproduce the original on the first batch "
@@ -566,8 +580,7 @@ def plan_run(
         elif rec is not None:
             st.delete_run(run_id)
         st.register_model(mid, model_name, mhash, {"class": attrs["model_class"]})
-    fb = forward_batch_for(default_forward_batch(forward_batch, task.input_kind, device, opt.applied),
-                           memory_budget(memory_budget_mb, device), _model_input_numel(source, view_size))
+    fb = slice_size(opt.applied)
     weights, expand, run_transforms = None, None, transforms
     # elements that repeat run once: NERO's 3-D sample holds the identity 219 times (always
     # so); 0° and 360° of a planar grid when optimising

@@ -7,6 +7,7 @@ std)`` maps channel ``c`` to ``(x - mean[c]) / std[c]`` just before the model.
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
@@ -89,7 +90,8 @@ PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.
 
 
 def _as_float32(raw: Any) -> Any:
-    """Half-precision floating tensors in ``raw`` (tensors, dicts, tuples, lists) -> float32."""
+    """Half-precision floating tensors in ``raw`` (tensors, dicts, tuples, lists, dataclasses)
+    -> float32."""
     if isinstance(raw, Tensor):
         return raw.float() if raw.dtype in (torch.bfloat16, torch.float16) else raw
     if isinstance(raw, dict):
@@ -98,6 +100,9 @@ def _as_float32(raw: Any) -> Any:
         return type(raw)(*(_as_float32(v) for v in raw))
     if isinstance(raw, (tuple, list)):
         return type(raw)(_as_float32(v) for v in raw)
+    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):  # e.g. padded Boxes
+        return dataclasses.replace(raw, **{f.name: _as_float32(getattr(raw, f.name))
+                                           for f in dataclasses.fields(raw) if f.init})
     return raw
 
 

@@ -11,12 +11,15 @@
   timed: its first call is reported separately as ``compile_seconds``).
 
 Before any chunk runs, :func:`first_batch_check` calls the original and the rewritten model on
-the run's first forward batch (up to :data:`CHECK_ROWS` transformed inputs) and compares them:
+the rows of the run's first model calls (chunk 0 under its first elements: up to
+:data:`CHECK_ROWS` transformed inputs, in slices of the run's forward batch) and compares them:
 
 * every floating-point output within ``TOLERANCE[precision] · max(1, max |original|)`` (absolute,
-  per output tensor; NaN where the original has NaN);
+  per output tensor; NaN and ±inf in the same places), when the outputs are tensors (or tuples
+  or dicts of tensors); set-like outputs (detections, whose order changes when near-equal
+  scores swap) are compared through the task's variables only;
 * every integer or boolean output, and every integer or boolean variable the task records
-  (for classification ``correct`` and the predicted ``label``: the predictions), exactly equal;
+  (for classification ``correct``: the predictions), exactly equal;
 * the task's floating-point variables within the same tolerance.
 
 If the check fails, or the model is not eligible (activations are being recorded with forward
@@ -137,10 +140,13 @@ def rewrite_model(model: nn.Module, *, compile: bool = False) -> tuple[nn.Module
     convolutions, compiled on request) and the names of the rewrites applied."""
     from ..models.reference import optimize_for_inference
 
+    def count_bn(m: nn.Module) -> int:
+        return sum(isinstance(c, nn.BatchNorm2d) for c in m.modules())
+
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    has_bn = any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
-    fast = optimize_for_inference(model, fold_bn=has_bn, channels_last=has_conv, compile=compile)
-    names = (("fold_batchnorm",) if has_bn else ()) + (("channels_last",) if has_conv else ())
+    fast = optimize_for_inference(model, fold_bn=True, channels_last=has_conv, compile=compile)
+    folded = count_bn(model) - count_bn(getattr(fast, "_orig_mod", fast))  # pairs outside a Sequential stay
+    names = (("fold_batchnorm",) if folded else ()) + (("channels_last",) if has_conv else ())
     return fast, names + (("torch.compile",) if compile else ())
 
 
@@ -158,67 +164,100 @@ def output_leaves(outputs: Any) -> list[Tensor]:
     return []
 
 
-def _compare(a: list[Tensor], b: list[Tensor], tol: float, what: str) -> tuple[float, str | None]:
-    """Largest scaled difference of two leaf lists, and the first disagreement (None: agree)."""
+@dataclass
+class _Comparison:
+    """Running result of comparing leaves: largest scaled difference of the finite floating
+    values, whether integer/boolean values were compared and agreed, the first disagreement."""
+
+    worst: float = 0.0
+    predictions: bool | None = None  # None: no integer/boolean values compared
+    problem: str | None = None
+
+
+def _compare(a: list[Tensor], b: list[Tensor], tol: float, what: str, into: _Comparison) -> None:
+    """Compare two leaf lists into ``into`` (stops at the first disagreement)."""
     if len(a) != len(b):
-        return math.inf, f"the {what} differ in structure ({len(a)} vs {len(b)} tensors)"
-    worst = 0.0
+        into.problem = f"the {what} differ in structure ({len(a)} vs {len(b)} tensors)"
+        return
     for i, (x, y) in enumerate(zip(a, b)):
         if x.shape != y.shape:
-            return math.inf, f"{what} tensor {i} has shape {tuple(y.shape)}, the original's {tuple(x.shape)}"
+            into.problem = f"{what} tensor {i} has shape {tuple(y.shape)}, the original's {tuple(x.shape)}"
+            return
+        x, y = x.detach().cpu(), y.detach().cpu()
         if not x.is_floating_point():
-            if not torch.equal(x.cpu(), y.cpu().to(x.dtype)):
-                n = int((x.cpu() != y.cpu().to(x.dtype)).sum())
-                return math.inf, f"{what} tensor {i} (integer/boolean: predictions) differs in {n} of {x.numel()} values"
+            same = torch.equal(x, y.to(x.dtype))
+            into.predictions = same and into.predictions is not False
+            if not same:
+                n = int((x != y.to(x.dtype)).sum())
+                into.problem = f"{what} tensor {i} (integer/boolean: predictions) differs in {n} of {x.numel()} values"
+                return
             continue
-        x64, y64 = x.detach().double().cpu(), y.detach().double().cpu()
-        nan = torch.isnan(x64)
-        if not torch.equal(nan, torch.isnan(y64)):
-            return math.inf, f"{what} tensor {i} is NaN in other places than the original's"
-        finite = ~nan
+        x64, y64 = x.double(), y.double()
+        finite = torch.isfinite(x64)
+        # NaN and ±inf must sit in the same places with the same values (NaN where NaN)
+        same_special = torch.equal(torch.isnan(x64), torch.isnan(y64)) and torch.equal(
+            torch.where(torch.isinf(x64), x64, 0), torch.where(torch.isinf(y64), y64, 0))
+        if not same_special:
+            into.problem = f"{what} tensor {i} is NaN or infinite in other places than the original's"
+            return
         if not finite.any():
             continue
         scale = max(1.0, float(x64[finite].abs().max()))
         diff = float((x64[finite] - y64[finite]).abs().max()) / scale
-        worst = max(worst, diff)
+        into.worst = max(into.worst, diff) if diff == diff else math.inf
         if not diff <= tol:
-            return worst, f"{what} tensor {i} differs by {diff:.3g} (relative to max(1, max |original|)), above {tol:g}"
-    return worst, None
+            into.problem = f"{what} tensor {i} differs by {diff:.3g} (relative to max(1, max |original|)), above {tol:g}"
+            return
+
+
+def _tensor_outputs(outputs: Any) -> bool:
+    """Outputs whose leaves correspond position by position (tensors, and tuples, lists or dicts
+    of tensors); not set-like outputs such as detections (lists of per-image dicts, padded
+    Boxes), whose order changes when near-equal scores swap."""
+    if isinstance(outputs, Tensor):
+        return True
+    if isinstance(outputs, dict):
+        return all(isinstance(v, Tensor) for v in outputs.values())
+    if isinstance(outputs, (tuple, list)):
+        return bool(outputs) and all(isinstance(v, Tensor) for v in outputs) and not isinstance(outputs, list)
+    return False
 
 
 def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Tensor], Any], x: Tensor,
                       score: Callable[[Any], dict[str, Tensor]], precision: str) -> tuple[dict[str, Any], str | None]:
     """Compare the original and the optimised model call on the rows ``x`` (see the module docs).
 
-    ``score(outputs)`` gives the task's recorded variables for those rows. Returns the record for
-    the provenance (rows, tolerance, largest difference, whether the predictions agree, the two
-    forwards' times) and the failure reason (None when the check passes)."""
+    ``score(outputs)`` gives the task's recorded variables for those rows. Raw outputs are
+    compared leaf by leaf when they are tensors (or tuples/dicts of tensors); set-like outputs
+    (detections) are compared through the task's recorded variables only. An exception of the
+    original model propagates (the caller decides); one of the optimised model or of scoring
+    its outputs is a failed check. Returns the record for the provenance (rows, tolerance,
+    largest difference, whether the predictions agree (None: none compared), the two forwards'
+    times) and the failure reason (None when the check passes)."""
     tol = TOLERANCE[precision]
     t0 = time.perf_counter()
-    try:
-        reference = original(x)
-    except Exception as exc:  # noqa: BLE001 - the chunk that meets it reports it, naming run and chunk
-        return ({"rows": int(len(x)), "tolerance": tol, "passed": False},
-                f"the original model failed on the first batch: {type(exc).__name__}")
+    reference = original(x)
+    ref_scores = score(reference)
     t1 = time.perf_counter()
+    record: dict[str, Any] = {"rows": int(len(x)), "tolerance": tol}
     try:
         candidate = optimized(x)
+        t2 = time.perf_counter()
+        cand_scores = score(candidate)
     except Exception as exc:  # noqa: BLE001 - any failure of the rewritten copy means: run the original
-        return ({"rows": int(len(x)), "tolerance": tol, "passed": False},
-                f"the optimised model failed: {type(exc).__name__}: {exc}")
-    t2 = time.perf_counter()
-    record: dict[str, Any] = {"rows": int(len(x)), "tolerance": tol,
-                              "original_seconds": round(t1 - t0, 4), "optimized_seconds": round(t2 - t1, 4)}
-    worst, problem = _compare(output_leaves(reference), output_leaves(candidate), tol, "outputs")
-    if problem is None:
-        ref_scores, cand_scores = score(reference), score(candidate)
+        record.update(passed=False, predictions_equal=None, max_difference=None)
+        return record, f"the optimised model failed: {type(exc).__name__}: {exc}"
+    record.update(original_seconds=round(t1 - t0, 4), optimized_seconds=round(t2 - t1, 4))
+    result = _Comparison()
+    if _tensor_outputs(reference):
+        _compare(output_leaves(reference), output_leaves(candidate), tol, "outputs", result)
+    if result.problem is None:
         names = sorted(ref_scores)
-        w2, problem = _compare([ref_scores[n] for n in names], [cand_scores.get(n, torch.empty(0)) for n in names],
-                               tol, "recorded variables (" + ", ".join(names) + ")")
-        worst = max(worst, w2)
-    record.update(max_difference=None if math.isinf(worst) else float(f"{worst:.3g}"),
-                  predictions_equal=problem is None or "predictions" not in problem, passed=problem is None)
-    return record, problem
+        _compare([ref_scores[n] for n in names], [cand_scores.get(n, torch.empty(0)) for n in names],
+                 tol, "recorded variables (" + ", ".join(names) + ")", result)
+    record.update(max_difference=None if math.isinf(result.worst) else float(f"{result.worst:.3g}"),
+                  predictions_equal=result.predictions, passed=result.problem is None)
+    return record, result.problem
 
 
 def try_rewrite(model: nn.Module, compile: bool) -> tuple[nn.Module | None, tuple[str, ...], str | None]:
@@ -250,27 +289,48 @@ def propose_optimization(model: nn.Module, optimize: Any, *, precision: str = "f
     return opt
 
 
-def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device) -> None:
-    """Run :func:`first_batch_check` on the first forward batch of the evaluation ``ctx`` (its
-    call is the original model's) and settle ``opt``: the candidate runs when the check passes."""
+def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device, forward_batch: int) -> None:
+    """Run :func:`first_batch_check` on the rows of the evaluation ``ctx``'s first model calls
+    (chunk 0 under its first elements, at most :data:`CHECK_ROWS` and ``forward_batch`` rows,
+    both models called in slices of ``forward_batch``; ``ctx.call`` is the original model's
+    call) and settle ``opt``: the candidate runs when the check passes. Torch's RNG state is
+    left as it was. An error of the original model is raised under ``optimize=True``, else
+    left to the chunk that meets it (its report names the run and the chunk)."""
     from .chunk import first_forward_rows
     from .model_call import ModelCall
 
     assert opt.candidate is not None
-    rows = first_forward_rows(ctx, CHECK_ROWS)
-    if rows is None:  # no data: nothing to prove it on, nothing to run either
-        opt.settle(opt.requested is True, "no data to check the optimised model on")
-        return
-    x, y, g = rows
-    original = ctx.call
-    fast = ModelCall(opt.candidate.to(device), read=original.read, concat=original.concat, normalize=original.norm,
-                     channels_last="channels_last" in opt.rewrites, forward_batch=original.forward_batch,
-                     what=original.what, precision=opt.precision)
-    record, problem = first_batch_check(original, fast, x, lambda out: ctx.task.score(out, y, g), opt.precision)
-    if opt.compile and problem is None:  # the first compiled call compiles: time a second one
-        t0 = time.perf_counter()
-        fast(x)
-        opt.compile_seconds = max(0.0, record["optimized_seconds"] - (time.perf_counter() - t0))
+    base = ctx.call
+    with torch.random.fork_rng(devices=[]):
+        rows = first_forward_rows(ctx, min(CHECK_ROWS, forward_batch))
+        if rows is None:  # no data: nothing to prove it on, nothing to run either
+            opt.settle(opt.requested is True, "no data to check the optimised model on")
+            return
+        x, y, g = rows
+        reference = ModelCall(base.model, read=base.read, concat=base.concat, normalize=base.norm,
+                              forward_batch=forward_batch, what=base.what)
+        try:
+            fast = ModelCall(opt.candidate.to(device), read=base.read, concat=base.concat, normalize=base.norm,
+                             channels_last="channels_last" in opt.rewrites, forward_batch=forward_batch,
+                             what=base.what, precision=opt.precision)
+        except (RuntimeError, ValueError, TypeError) as exc:  # e.g. no device memory left for the copy
+            opt.settle(False, f"the optimised copy could not be moved to {device}: {type(exc).__name__}: {exc}")
+            return
+        try:
+            record, problem = first_batch_check(reference, fast, x, lambda out: ctx.task.score(out, y, g),
+                                                opt.precision)
+        except Exception as exc:  # noqa: BLE001 - the original model (or scoring its outputs) failed
+            if opt.requested is True:
+                raise
+            opt.settle(False, f"the original model failed on the first batch ({type(exc).__name__}); its "
+                              "error is reported by the chunk that meets it")
+            return
+        if opt.compile and problem is None:  # the first compiled call compiles: time a second one
+            t0 = time.perf_counter()
+            fast(x)
+            opt.compile_seconds = max(0.0, record["optimized_seconds"] - (time.perf_counter() - t0))
+    if device.type == "cuda":  # the check's activations: not counted against the run's memory budget
+        torch.cuda.empty_cache()
     opt.check = record
     if problem is not None:
         log.warning("the optimised model is not used: %s (first-batch check on %d inputs); running the original",

@@ -1,9 +1,11 @@
 """Overlap for in-process evaluation: read the next chunks while the model runs, write the last
 one while the next is computed.
 
-* :func:`prefetched` reads chunk data in a background thread, ``depth`` chunks ahead of the
-  consumer (reading a map-style dataset, decoding, collating; on CUDA the batch is put in pinned
-  memory so that the copy to the device can run asynchronously).
+* :func:`read_ahead` / :func:`prefetched` read chunk data in a background thread, ``depth``
+  chunks ahead of the consumer (reading a map-style dataset, decoding, collating; on CUDA the
+  batch is put in pinned memory so that the copy to the device can run asynchronously); data
+  that draws random numbers when read is read in order instead (results must not depend on
+  timing).
 * :class:`BackgroundWriter` records finished chunks in a background thread, at most ``depth``
   chunks behind, so that the next chunk's warp and forward do not wait for the store.
 
@@ -15,13 +17,18 @@ after the last computed chunk.
 
 from __future__ import annotations
 
+import logging
 import queue
+import random
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+import numpy as np
 import torch
 
-__all__ = ["prefetched", "BackgroundWriter", "pin_batch"]
+__all__ = ["prefetched", "read_ahead", "BackgroundWriter", "pin_batch"]
+
+log = logging.getLogger(__name__)
 
 J = TypeVar("J")
 
@@ -40,50 +47,98 @@ def pin_batch(batch: Any) -> Any:
 
 
 def prefetched(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Iterator[J]:
-    """``load(job)`` for every job, computed in a background thread at most ``depth`` jobs ahead
-    of the consumer, yielded in order. An exception raised by ``load`` is re-raised here, at the
-    job where it happened; closing the iterator stops the thread."""
+    """``load(job)`` for every job, computed in a background thread (started at once) at most
+    ``depth`` jobs ahead of the consumer, yielded in order. An exception raised by ``load`` is
+    re-raised here, at the job where it happened; closing the iterator stops the thread."""
     if depth < 1:
-        yield from (load(j) for j in jobs)
-        return
+        return (load(j) for j in jobs)
     slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
 
     def produce() -> None:
         try:
             for job in jobs:
                 if stop.is_set():
                     return
-                item: Any = (True, load(job))
-                while not stop.is_set():
-                    try:
-                        slots.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                put((True, load(job)))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            slots.put((False, exc))
+            put((False, exc))
             return
-        slots.put((True, _DONE))
+        put((True, _DONE))
 
     thread = threading.Thread(target=produce, name="orbitscope-prefetch", daemon=True)
     thread.start()
+    return _Prefetch(slots, stop, thread)
+
+
+class _Prefetch:
+    """The consumer side of :func:`prefetched`: an iterator whose ``close()`` stops the reader
+    thread, also before the first item was taken."""
+
+    def __init__(self, slots: queue.Queue[Any], stop: threading.Event, thread: threading.Thread) -> None:
+        self.slots, self.stop, self.thread = slots, stop, thread
+
+    def __iter__(self) -> "_Prefetch":
+        return self
+
+    def __next__(self) -> Any:
+        if self.stop.is_set():
+            raise StopIteration
+        ok, item = self.slots.get()
+        if not ok:
+            self.close()
+            raise item
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def __del__(self) -> None:  # an abandoned reader stops too
+        self.stop.set()
+
+
+def _rng_fingerprint() -> tuple[Any, ...]:
+    """The states of torch's, numpy's and Python's global random generators."""
+    state = np.random.get_state()
+    return torch.get_rng_state(), hash(state[1].tobytes()) ^ hash(state[2:]), random.getstate()
+
+
+def read_ahead(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Iterator[J]:
+    """``load(job)`` for every job, in order: the first here; the rest in a reader thread
+    (:func:`prefetched`) unless loading the first drew from torch's, numpy's or Python's global
+    random generators (e.g. random augmentations in ``__getitem__``). Such data is read in this
+    thread, between the chunks, as without read-ahead: a reader thread would interleave its
+    draws with the model's seeded ones and make results depend on timing."""
+    it = iter(jobs)
+    first = next(it, None)
+    if first is None:
+        return
+    before = _rng_fingerprint()
+    loaded = load(first)
+    after = _rng_fingerprint()
+    draws = not (torch.equal(before[0], after[0]) and before[1:] == after[1:])
+    if draws:
+        log.info("the data draws random numbers when read: chunks are read in order, without read-ahead")
+    rest = (load(j) for j in it) if draws else prefetched(it, load, depth)
     try:
-        while True:
-            ok, item = slots.get()
-            if not ok:
-                raise item
-            if item is _DONE:
-                return
-            yield item
+        yield loaded
+        yield from rest
     finally:
-        stop.set()
-        while thread.is_alive():  # let a blocked producer see the stop
-            try:
-                slots.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        thread.join()
+        close = getattr(rest, "close", None)
+        if close is not None:
+            close()
 
 
 class BackgroundWriter:

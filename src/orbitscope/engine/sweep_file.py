@@ -56,7 +56,7 @@ _RUN = {"model", "data", "orbit", "task", "options", "name"}
 _TASK = {"kind", "view_size", "key_objects", "score_threshold", "probabilities", "margin", "max_objects"}
 #: evaluate() options a sweep file may set (the others are the sweep's own)
 _OPTIONS = {"batch_size", "forward_batch", "memory_budget_mb", "device", "normalize", "interpolation", "padding",
-            "optimize", "precision", "compile", "seed", "store_inputs", "activations", "consensus", "allow_large"}
+            "optimize", "precision", "seed", "store_inputs", "activations", "consensus", "allow_large"}
 
 
 @dataclass
