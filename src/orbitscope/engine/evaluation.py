@@ -88,8 +88,8 @@ POINTS_FORWARD_BATCH = 64
 
 
 #: transformed inputs per model call on a CPU when the optimised model runs: channels_last
-#: convolutions of MNIST-sized CNNs run 5–20 % faster in slices of 64–128 inputs than of 512
-#: (their activations stay in the cache; ``benchmarks/orbit_throughput.py --forward-batches``)
+#: convolutions of NERO's MNIST CNN ran 10–20 % faster in slices of 64–256 inputs than of 512
+#: on a 2-core CPU (``benchmarks/orbit_throughput.py --forward-batches``)
 FAST_CPU_FORWARD_BATCH = 128
 #: default on CUDA devices, capped by the device's free memory (:func:`memory_budget`)
 CUDA_FORWARD_BATCH = 4096
@@ -287,12 +287,12 @@ def evaluate(
         batch_size: samples per chunk (the unit of storage and of resumption).
         forward_batch: transformed inputs per model call (capped by ``memory_budget_mb``, which
             assumes activations of at most 64× the input size per input); default
-            :func:`default_forward_batch`: 128 for the optimised model on a CPU, 512 for the
-            original, 4096 on CUDA, and 64 for point clouds (:data:`POINTS_FORWARD_BATCH`:
+            :func:`default_forward_batch`: for the optimised model 128 on a CPU and 4096 on
+            CUDA, 512 for the original, and 64 for point clouds (:data:`POINTS_FORWARD_BATCH`:
             per-point networks run about 3× faster in slices of 32–64 clouds than of 512 on a
             CPU, ``benchmarks/pointcloud_throughput.py``).
-        memory_budget_mb: MiB that one forward slice's activations may take (default 1024 on a
-            CPU, half the free device memory on CUDA: :func:`memory_budget`).
+        memory_budget_mb: MiB that one forward slice's activations may take (default 1024; for
+            the optimised model on CUDA half the free device memory: :func:`memory_budget`).
         device: where the actions and the model run (default: the model's device).
         normalize: ``(mean, std)`` per channel, applied after the orbit transform.
         interpolation, padding: resampling of images, frames and flow fields (see
