@@ -153,3 +153,45 @@ def test_data_that_draws_random_numbers_gives_the_same_results_every_time() -> N
         runs.append(run.result["confidence"].values)
     np.testing.assert_array_equal(runs[0], runs[1])
     np.testing.assert_array_equal(runs[0], runs[2])
+
+
+class _MainThreadOnly(torch.utils.data.Dataset):
+    """Data that can only be read by the thread that opened it (like a sqlite connection)."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(5)
+        self.images, self.labels = torch.rand(40, 1, 8, 8, generator=g), torch.randint(0, 5, (40,), generator=g)
+        self.owner = threading.get_ident()
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):  # noqa: ANN204
+        if threading.get_ident() != self.owner:
+            raise RuntimeError("objects created in a thread can only be used in that same thread")
+        return self.images[i], int(self.labels[i])
+
+
+def test_data_bound_to_its_thread_is_read_in_order_instead(caplog) -> None:
+    data = _MainThreadOnly()
+    with caplog.at_level("WARNING", logger="orbitscope.engine.pipeline"):
+        run = osc.evaluate(_Net().eval(), data, osc.Rotation([0, 90]), batch_size=8)
+    assert any("without read-ahead" in r.message for r in caplog.records)
+    plain = osc.evaluate(_Net().eval(), (data.images, data.labels), osc.Rotation([0, 90]), batch_size=8)
+    np.testing.assert_array_equal(run.result["confidence"].values, plain.result["confidence"].values)
+
+    def broken(j: int) -> int:
+        raise OSError(f"chunk {j} is unreadable")
+
+    with pytest.raises(OSError, match="chunk 0"):  # a real read error still raises
+        list(read_ahead(range(3), broken))
+    calls: list[int] = []
+
+    def fails_late(j: int) -> int:
+        calls.append(j)
+        if j == 2:
+            raise OSError("chunk 2 is unreadable")
+        return j
+
+    with pytest.raises(OSError, match="chunk 2"):
+        list(read_ahead(range(5), fails_late))

@@ -64,13 +64,15 @@ def prefetched(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Ite
                 continue
 
     def produce() -> None:
+        job: Any = None
         try:
             for job in jobs:
                 if stop.is_set():
                     return
                 put((True, load(job)))
+                job = None
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            put((False, exc))
+            put((False, (exc, job)))
             return
         put((True, _DONE))
 
@@ -81,10 +83,12 @@ def prefetched(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Ite
 
 class _Prefetch:
     """The consumer side of :func:`prefetched`: an iterator whose ``close()`` stops the reader
-    thread, also before the first item was taken."""
+    thread, also before the first item was taken. After ``load`` raised, ``failed_job`` is the
+    job it raised on (None when the jobs' iterator itself raised)."""
 
     def __init__(self, slots: queue.Queue[Any], stop: threading.Event, thread: threading.Thread) -> None:
         self.slots, self.stop, self.thread = slots, stop, thread
+        self.failed_job: Any = None
 
     def __iter__(self) -> "_Prefetch":
         return self
@@ -95,7 +99,8 @@ class _Prefetch:
         ok, item = self.slots.get()
         if not ok:
             self.close()
-            raise item
+            exc, self.failed_job = item
+            raise exc
         if item is _DONE:
             self.close()
             raise StopIteration
@@ -120,7 +125,9 @@ def read_ahead(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Ite
     (:func:`prefetched`) unless loading the first drew from torch's, numpy's or Python's global
     random generators (e.g. random augmentations in ``__getitem__``). Such data is read in this
     thread, between the chunks, as without read-ahead: a reader thread would interleave its
-    draws with the model's seeded ones and make results depend on timing."""
+    draws with the model's seeded ones and make results depend on timing. A chunk whose reading
+    fails in the reader thread is read again here; if that works (data bound to the thread that
+    opened it, e.g. a sqlite connection), the rest is read here too."""
     it = iter(jobs)
     first = next(it, None)
     if first is None:
@@ -131,14 +138,31 @@ def read_ahead(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Ite
     draws = not (torch.equal(before[0], after[0]) and before[1:] == after[1:])
     if draws:
         log.info("the data draws random numbers when read: chunks are read in order, without read-ahead")
-    rest = (load(j) for j in it) if draws else prefetched(it, load, depth)
+    if draws:
+        yield loaded
+        yield from (load(j) for j in it)
+        return
+    rest = prefetched(it, load, depth)
     try:
         yield loaded
-        yield from rest
+        while True:
+            try:
+                item = next(rest)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001 - retried here: data may not read in other threads
+                job = getattr(rest, "failed_job", None)
+                if job is None:
+                    raise
+                item = load(job)  # a real read error raises again, here
+                log.warning("reading chunk data in a reader thread failed (%s: %s) but works in this thread: "
+                            "reading the rest in order, without read-ahead", type(exc).__name__, exc)
+                yield item
+                yield from (load(j) for j in it)  # the reader thread has stopped: `it` goes on after `job`
+                return
+            yield item
     finally:
-        close = getattr(rest, "close", None)
-        if close is not None:
-            close()
+        rest.close()
 
 
 class BackgroundWriter:
