@@ -138,7 +138,6 @@ def read_ahead(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Ite
     draws = not (torch.equal(before[0], after[0]) and before[1:] == after[1:])
     if draws:
         log.info("the data draws random numbers when read: chunks are read in order, without read-ahead")
-    if draws:
         yield loaded
         yield from (load(j) for j in it)
         return
