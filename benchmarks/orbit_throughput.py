@@ -100,7 +100,8 @@ def bare_forward(model: torch.nn.Module, rotated: torch.Tensor, batch: int, devi
 def evaluate_path(model: torch.nn.Module, data, device: torch.device, **kwargs) -> tuple[float, dict]:
     """Images/s of evaluate end to end into a fresh store, and the run's optimisation record."""
     with tempfile.TemporaryDirectory() as home:
-        osc.evaluate(model, data.subset(range(16)), osc.Rotation(ANGLES[:4]), store=home, device=device, **kwargs)
+        osc.evaluate(model, data.subset(range(min(16, len(data)))), osc.Rotation(ANGLES[:4]), store=home, device=device,
+                     **kwargs)
         _sync(device)
         t0 = time.perf_counter()
         run = osc.evaluate(model, data, osc.Rotation(ANGLES), store=home, device=device, **kwargs)
@@ -154,10 +155,11 @@ def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labe
             rates[name].append(fn())
         print(f"  {label} round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rates.items()),
               flush=True)
-    _, rec_default = evaluate_path(model, data.subset(range(32)), device)
-    _, rec_every = evaluate_path(model, data.subset(range(32)), device, **every)
+    probe = data.subset(range(min(32, len(data))))
+    _, rec_default = evaluate_path(model, probe, device)
+    _, rec_every = evaluate_path(model, probe, device, **every)
     best = {k: max(v) for k, v in rates.items()}
-    out = [f"\n{label}: {len(data)} digits × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
+    out = [f"\n{label}: {len(data)} samples × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
            f"{'path':58s} {'best img/s':>11s} {'spread (min–max)':>19s}"]
     names = {
         "eager": "eager forward, model as given, pre-rotated, batch 512",
@@ -165,7 +167,7 @@ def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labe
         "defaults": "orbitscope.evaluate, defaults",
         "every": "evaluate, every optimisation (+ bfloat16" + (", + torch.compile)" if args.compile else ")"),
         "off": "evaluate, optimize=False (before)",
-        "naive": f"naive: PIL rotate + batch-1 forward ({args.naive_digits} digits)",
+        "naive": f"naive: PIL rotate + batch-1 forward ({args.naive_digits} samples)",
     }
     for k, v in rates.items():
         out.append(f"{names[k]:58s} {best[k]:11.0f} {min(v):9.0f}–{max(v):<9.0f}")
