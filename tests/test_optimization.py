@@ -325,3 +325,41 @@ def test_a_failing_model_fails_as_before_whatever_optimize_says() -> None:
 def test_compile_stays_in_process() -> None:
     with pytest.raises(SpecError, match="compile=True runs in this process only"):
         osc.evaluate(_bn_cnn(), _data(), osc.Rotation([0, 90]), compile=True, executor="process")
+
+
+class _ResidualBlock(nn.Module):
+    """Conv/BatchNorm pairs held as attributes (as in ResNet blocks), not inside a Sequential."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv1, self.bn1 = nn.Conv2d(1, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
+        self.conv2, self.bn2 = nn.Conv2d(6, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
+        self.head = nn.Linear(6, 10)
+        for bn in (self.bn1, self.bn2):
+            bn.running_mean.uniform_(-0.2, 0.2)
+            bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(h)) + h)
+        return self.head(h.mean(dim=(2, 3)))
+
+
+def test_batchnorm_outside_a_sequential_is_folded_through_a_trace() -> None:
+    from orbitscope.engine.optimization import rewrite_model
+
+    net = _ResidualBlock().eval()
+    fast, names = rewrite_model(net)
+    assert names == ("fold_batchnorm", "channels_last")
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in fast.modules())  # both pairs folded
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in net.modules()) == 2  # the model itself is untouched
+    data = _data()
+    run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8)
+    plain = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=False)
+    assert _provenance(run)["ran"] == "optimized" and _provenance(run)["check"]["passed"]
+    np.testing.assert_array_equal(_values(run, "correct"), _values(plain, "correct"))
+    np.testing.assert_allclose(_values(run, "confidence"), _values(plain, "confidence"), atol=1e-5)
+    # a forward that checks its input's shape cannot be traced: the Sequential folding stays
+    nero_fast, nero_names = rewrite_model(osc.models.NeroCNN().eval())
+    assert "fold_batchnorm" in nero_names and type(nero_fast).__name__ == "NeroCNN"

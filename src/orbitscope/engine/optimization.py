@@ -135,17 +135,43 @@ class Optimization:
         return out
 
 
-def rewrite_model(model: nn.Module, *, compile: bool = False) -> tuple[nn.Module, tuple[str, ...]]:
-    """An optimised copy of ``model`` (BatchNorm folded, channels_last where there are
-    convolutions, compiled on request) and the names of the rewrites applied."""
-    from ..models.reference import optimize_for_inference
+def _count_bn(model: nn.Module) -> int:
+    return sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
 
-    def count_bn(m: nn.Module) -> int:
-        return sum(isinstance(c, nn.BatchNorm2d) for c in m.modules())
+
+def _traced_fold(model: nn.Module) -> nn.Module:
+    """``model`` with the conv/BatchNorm pairs that are not children of one ``nn.Sequential``
+    (e.g. a ResNet block's ``conv1``/``bn1`` attributes) folded too, through a ``torch.fx``
+    trace; ``model`` itself when it cannot be traced (a forward that checks its input's shape
+    or branches on it) or nothing more folds."""
+    from torch.fx.experimental.optimization import fuse
+
+    try:
+        traced = fuse(model)
+    except Exception as exc:  # noqa: BLE001 - not traceable: keep the Sequential folding
+        log.debug("no traced BatchNorm folding for %s: %s: %s", type(model).__name__, type(exc).__name__, exc)
+        return model
+    return traced if _count_bn(traced) < _count_bn(model) else model
+
+
+def rewrite_model(model: nn.Module, *, compile: bool = False) -> tuple[nn.Module, tuple[str, ...]]:
+    """An optimised copy of ``model`` (``model`` is not modified) and the names of the rewrites:
+    BatchNorm folded into the preceding convolutions (pairs inside an ``nn.Sequential``, then
+    the rest where the model can be traced with ``torch.fx``), channels_last where there are
+    convolutions, compiled on request."""
+    from ..models.reference import optimize_for_inference, set_eval_mode
 
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    fast = optimize_for_inference(model, fold_bn=True, channels_last=has_conv, compile=compile)
-    folded = count_bn(model) - count_bn(getattr(fast, "_orig_mod", fast))  # pairs outside a Sequential stay
+    fast = optimize_for_inference(model, fold_bn=True, channels_last=False)
+    if _count_bn(fast):
+        fast = set_eval_mode(_traced_fold(fast))
+        for p in fast.parameters():
+            p.requires_grad_(False)
+    folded = _count_bn(model) - _count_bn(fast)
+    if has_conv:
+        fast = fast.to(memory_format=torch.channels_last)
+    if compile:
+        fast = torch.compile(fast)  # type: ignore[assignment]
     names = (("fold_batchnorm",) if folded else ()) + (("channels_last",) if has_conv else ())
     return fast, names + (("torch.compile",) if compile else ())
 
