@@ -3,7 +3,8 @@
 ``evaluate(optimize="auto")`` (the default) runs a rewritten copy of the model when that is safe:
 
 * **BatchNorm folding**: every ``Conv2d -> BatchNorm2d`` pair of an ``nn.Sequential`` becomes
-  one convolution (:func:`orbitscope.models.fold_batchnorm`);
+  one convolution (:func:`orbitscope.models.fold_batchnorm`), and the remaining pairs too (e.g.
+  a ResNet block's ``conv1``/``bn1`` attributes) where the model can be traced with ``torch.fx``;
 * **channels_last**: convolution weights and 4-D inputs in ``torch.channels_last`` memory format
   (oneDNN's and cuDNN's fast layout);
 * optionally **mixed precision** (``precision="bfloat16"`` or ``"float16"``: the forward under
