@@ -18,7 +18,7 @@ from orbitscope.errors import ModelError, SpecError
 from orbitscope.kinds.image import prepare_images
 
 
-def _bn_cnn(seed: int = 0) -> nn.Module:
+def bn_cnn(seed: int = 0) -> nn.Module:
     """A small conv/BatchNorm classifier with non-trivial running statistics (as after training)."""
     torch.manual_seed(seed)
     net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1),
@@ -35,7 +35,7 @@ def _data(n: int = 24, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.rand(n, 1, 12, 12, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
-def _provenance(run: osc.Run) -> dict:
+def provenance(run: osc.Run) -> dict:
     value = run.result.attrs["optimization"]
     return json.loads(value) if isinstance(value, str) else value
 
@@ -45,17 +45,17 @@ def _values(run: osc.Run, name: str) -> np.ndarray:
 
 
 def test_default_runs_the_optimised_model_and_records_the_check(tmp_path) -> None:
-    net, data = _bn_cnn(), _data()
+    net, data = bn_cnn(), _data()
     fast = osc.evaluate(net, data, osc.Rotation([0, 30, 90]), store=tmp_path / "a", batch_size=8)
     plain = osc.evaluate(net, data, osc.Rotation([0, 30, 90]), store=tmp_path / "b", batch_size=8, optimize=False)
-    rec = _provenance(fast)
+    rec = provenance(fast)
     assert rec["requested"] == "auto" and rec["ran"] == "optimized"
     assert rec["rewrites"] == ["fold_batchnorm", "channels_last"]
     check = rec["check"]
     assert check["passed"] and check["predictions_equal"] and check["tolerance"] == TOLERANCE["float32"]
     assert check["rows"] == 8 * 3  # chunk 0 (8 samples) under every element (fewer than 256 rows)
     assert 0 < check["max_difference"] <= TOLERANCE["float32"]
-    assert _provenance(plain)["ran"] == "original" and _provenance(plain)["reason"] == "optimize=False"
+    assert provenance(plain)["ran"] == "original" and provenance(plain)["reason"] == "optimize=False"
     assert fast.run_id != plain.run_id  # what ran is part of the identity
     # the predictions are those of the original model; probabilities agree to float rounding
     np.testing.assert_array_equal(_values(fast, "correct"), _values(plain, "correct"))
@@ -66,7 +66,7 @@ def test_default_runs_the_optimised_model_and_records_the_check(tmp_path) -> Non
 def test_optimize_false_equals_a_plain_loop_bit_for_bit() -> None:
     """optimize=False: the model as given, at the engine's old forward batch; compared with the
     model called on each element's warped inputs by hand."""
-    net, (x, y) = _bn_cnn(), _data(40)
+    net, (x, y) = bn_cnn(), _data(40)
     angles = [0.0, 45.0, 90.0]
     run = osc.evaluate(net, (x, y), osc.Rotation(angles), optimize=False, batch_size=40)
     with torch.inference_mode():
@@ -81,7 +81,7 @@ class _LayoutSensitive(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = _bn_cnn()
+        self.body = bn_cnn()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x) + float(self.body[3].weight.is_contiguous())
@@ -92,7 +92,7 @@ class _NeedsItsBatchNorm(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = _bn_cnn()
+        self.body = bn_cnn()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x) + 0 * self.body[1].running_mean.sum()
@@ -103,7 +103,7 @@ def test_a_failed_check_falls_back_to_the_original_with_the_reason(model, reason
     net, data = model(), _data()
     with caplog.at_level(logging.WARNING, logger="orbitscope.engine.optimization"):
         auto = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8)
-    rec = _provenance(auto)
+    rec = provenance(auto)
     assert rec["ran"] == "original" and rec["check"]["passed"] is False
     assert reason in rec["reason"] and "first-batch check failed" in rec["reason"]
     assert any("not used" in r.message for r in caplog.records)
@@ -114,23 +114,23 @@ def test_a_failed_check_falls_back_to_the_original_with_the_reason(model, reason
 
 
 def test_hooks_activations_and_training_mode_keep_the_original(tmp_path) -> None:
-    net, data = _bn_cnn(), _data()
+    net, data = bn_cnn(), _data()
     handle = net[0].register_forward_hook(lambda m, i, o: None)
     run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8)
-    assert _provenance(run)["ran"] == "original" and "hooks" in _provenance(run)["reason"]
+    assert provenance(run)["ran"] == "original" and "hooks" in provenance(run)["reason"]
     with pytest.raises(SpecError, match="hooks"):
         osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=True)
     handle.remove()
 
     run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, activations=["0"])
-    assert _provenance(run)["ran"] == "original" and "activations" in _provenance(run)["reason"]
+    assert provenance(run)["ran"] == "original" and "activations" in provenance(run)["reason"]
     with pytest.raises(SpecError, match="activations"):
         osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, activations=["0"], optimize=True)
 
     class StaysTraining(nn.Module):  # e.g. a graph exported in training mode: eval() cannot change it
         def __init__(self) -> None:
             super().__init__()
-            self.body = _bn_cnn()
+            self.body = bn_cnn()
 
         def train(self, mode: bool = True) -> "StaysTraining":
             return self
@@ -140,7 +140,7 @@ def test_hooks_activations_and_training_mode_keep_the_original(tmp_path) -> None
 
     stubborn = StaysTraining()
     run = osc.evaluate(stubborn, data, osc.Rotation([0, 90]), batch_size=8)
-    assert _provenance(run)["ran"] == "original" and "training mode" in _provenance(run)["reason"]
+    assert provenance(run)["ran"] == "original" and "training mode" in provenance(run)["reason"]
 
 
 def test_nothing_to_optimise_runs_the_original_under_its_identity(tmp_path) -> None:
@@ -151,11 +151,11 @@ def test_nothing_to_optimise_runs_the_original_under_its_identity(tmp_path) -> N
     auto = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path)
     assert auto.reused and auto.run_id == plain.run_id
     fresh = osc.evaluate(net, data, osc.Rotation([0, 90]))
-    assert "nothing to optimise" in _provenance(fresh)["reason"] and fresh.run_id == plain.run_id
+    assert "nothing to optimise" in provenance(fresh)["reason"] and fresh.run_id == plain.run_id
 
 
 def test_finished_runs_are_reused_without_a_new_check(tmp_path, monkeypatch) -> None:
-    net, data = _bn_cnn(), _data()
+    net, data = bn_cnn(), _data()
     first = osc.evaluate(net, data, osc.Rotation([0, 90]), store=tmp_path, batch_size=8)
     import orbitscope.engine.evaluation as evaluation
 
@@ -174,7 +174,7 @@ class _Counting(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = _bn_cnn()
+        self.body = bn_cnn()
         self.rows = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -197,18 +197,18 @@ def test_repeated_elements_run_once_when_optimising() -> None:
     run = osc.evaluate(counting, data, orbit, batch_size=16)
     conf = _values(run, "confidence")
     np.testing.assert_array_equal(conf[:, 4], conf[:, 0])  # 360° takes 0°'s values
-    assert counting.rows == _provenance(run)["check"]["rows"]  # the original ran on the check's rows only
+    assert counting.rows == provenance(run)["check"]["rows"]  # the original ran on the check's rows only
     plain = _Counting()
     osc.evaluate(plain, data, orbit, batch_size=16, optimize=False)
     assert plain.rows == 16 * 5  # as before: every element, no check
 
 
-class _Margin(nn.Module):
+class MarginNet(nn.Module):
     """Class 0 wins by 10 logits whatever the input: a mixed-precision forward cannot flip it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = _bn_cnn()
+        self.body = bn_cnn()
         self.register_buffer("offset", torch.tensor([10.0] + [0.0] * 9))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -217,10 +217,10 @@ class _Margin(nn.Module):
 
 def test_bfloat16_is_opt_in_and_checked() -> None:
     data = _data()
-    net = _Margin().eval()
+    net = MarginNet().eval()
     fp32 = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=False)
     half = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, precision="bfloat16")
-    rec = _provenance(half)
+    rec = provenance(half)
     assert rec["ran"] == "optimized" and rec["precision"] == "bfloat16"
     assert rec["check"]["tolerance"] == TOLERANCE["bfloat16"] and rec["check"]["passed"]
     assert half.run_id != osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8).run_id
@@ -312,7 +312,7 @@ def test_a_failing_model_fails_as_before_whatever_optimize_says() -> None:
     class Broken(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.body = _bn_cnn()
+            self.body = bn_cnn()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise RuntimeError("deliberate failure")
@@ -324,7 +324,7 @@ def test_a_failing_model_fails_as_before_whatever_optimize_says() -> None:
 
 def test_compile_stays_in_process() -> None:
     with pytest.raises(SpecError, match="compile=True runs in this process only"):
-        osc.evaluate(_bn_cnn(), _data(), osc.Rotation([0, 90]), compile=True, executor="process")
+        osc.evaluate(bn_cnn(), _data(), osc.Rotation([0, 90]), compile=True, executor="process")
 
 
 class _ResidualBlock(nn.Module):
@@ -357,7 +357,7 @@ def test_batchnorm_outside_a_sequential_is_folded_through_a_trace() -> None:
     data = _data()
     run = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8)
     plain = osc.evaluate(net, data, osc.Rotation([0, 90]), batch_size=8, optimize=False)
-    assert _provenance(run)["ran"] == "optimized" and _provenance(run)["check"]["passed"]
+    assert provenance(run)["ran"] == "optimized" and provenance(run)["check"]["passed"]
     np.testing.assert_array_equal(_values(run, "correct"), _values(plain, "correct"))
     np.testing.assert_allclose(_values(run, "confidence"), _values(plain, "confidence"), atol=1e-5)
     # a forward that checks its input's shape cannot be traced: the Sequential folding stays

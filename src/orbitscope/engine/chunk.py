@@ -144,8 +144,14 @@ def first_forward_rows(ctx: EvalContext, max_rows: int) -> tuple[Any, Any, Trans
     b = ctx.input_kind.batch_size(x)
     if b == 0 or len(ctx.transforms) == 0:
         return None
-    t = ctx.transforms[:max(1, max_rows // b)]
-    target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
+    return _element_rows(ctx, x, y, ctx.transforms[:max(1, max_rows // b)], b,
+                         _frame_context(ctx.input_kind, x, ctx.action_options))
+
+
+def _element_rows(ctx: EvalContext, x: Any, y: Any, t: Transforms, b: int,
+                  target_action: dict[str, Any]) -> tuple[Any, Any, Transforms]:
+    """Inputs and targets of ``b`` samples under the elements ``t``, as element-major rows, and
+    each row's element."""
     xg = ctx.input_kind.rows(ctx.input_kind.act(x, t, layout="orbit", **ctx.action_options))
     yg = ctx.target_kind.rows(ctx.target_kind.act(y, t, layout="orbit", **target_action))
     return xg, yg, t.repeat_interleave(b)
@@ -164,7 +170,6 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
     b, k = ctx.input_kind.batch_size(x), len(ctx.transforms)
     if ctx.target_kind.batch_size(y) != b:
         raise DataError(f"chunk {job.index} holds {b} inputs but {ctx.target_kind.batch_size(y)} targets")
-    action = dict(ctx.action_options)
     target_action = _frame_context(ctx.input_kind, x, ctx.action_options)
     _check_frames(ctx.target_kind, y, target_action)
     per_call = max(1, ctx.forward_batch // max(b, 1))  # elements per warp call
@@ -178,10 +183,7 @@ def evaluate_chunk(job: ChunkJob, ctx: EvalContext) -> dict[str, np.ndarray]:
         torch.manual_seed(job.seed)
         for k0 in range(0, k, per_call):
             k1 = min(k, k0 + per_call)
-            t = ctx.transforms[k0:k1]
-            xg = ctx.input_kind.rows(ctx.input_kind.act(x, t, layout="orbit", **action))
-            yg = ctx.target_kind.rows(ctx.target_kind.act(y, t, layout="orbit", **target_action))
-            g = t.repeat_interleave(b)
+            xg, yg, g = _element_rows(ctx, x, y, ctx.transforms[k0:k1], b, target_action)
             with ctx.probe.attach(ctx.call.model) if ctx.probe is not None else nullcontext([]) as collected:
                 outputs = ctx.call(xg)
             ok = finite_rows(outputs)

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from ..errors import ModelError
 
-__all__ = ["Normalizer", "ModelCall", "finite_rows", "PRECISIONS"]
+__all__ = ["Normalizer", "ModelCall", "finite_rows", "PRECISIONS", "map_tensors"]
 
 
 class Normalizer:
@@ -89,21 +89,26 @@ def finite_rows(outputs: Any) -> Tensor | None:
 PRECISIONS: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (through dicts, tuples, named tuples,
+    lists and dataclasses; anything else is left as it is)."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: map_tensors(fn, v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+        return type(obj)(*(map_tensors(fn, v) for v in obj))
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(map_tensors(fn, v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # e.g. padded Boxes
+        return dataclasses.replace(obj, **{f.name: map_tensors(fn, getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    return obj
+
+
 def _as_float32(raw: Any) -> Any:
-    """Half-precision floating tensors in ``raw`` (tensors, dicts, tuples, lists, dataclasses)
-    -> float32."""
-    if isinstance(raw, Tensor):
-        return raw.float() if raw.dtype in (torch.bfloat16, torch.float16) else raw
-    if isinstance(raw, dict):
-        return {k: _as_float32(v) for k, v in raw.items()}
-    if isinstance(raw, tuple) and hasattr(raw, "_fields"):  # a named tuple
-        return type(raw)(*(_as_float32(v) for v in raw))
-    if isinstance(raw, (tuple, list)):
-        return type(raw)(_as_float32(v) for v in raw)
-    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):  # e.g. padded Boxes
-        return dataclasses.replace(raw, **{f.name: _as_float32(getattr(raw, f.name))
-                                           for f in dataclasses.fields(raw) if f.init})
-    return raw
+    """Half-precision floating tensors in ``raw`` -> float32."""
+    return map_tensors(lambda t: t.float() if t.dtype in (torch.bfloat16, torch.float16) else t, raw)
 
 
 class ModelCall:

@@ -47,7 +47,7 @@ from ..errors import SpecError
 from .model_call import PRECISIONS
 
 __all__ = ["PRECISIONS", "TOLERANCE", "CHECK_ROWS", "Optimization", "check_optimize_options", "ineligibility",
-           "rewrite_model", "try_rewrite", "first_batch_check", "output_leaves"]
+           "rewrite_model", "try_rewrite", "first_batch_check"]
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +143,12 @@ def _count_bn(model: nn.Module) -> int:
 def _traced_fold(model: nn.Module) -> nn.Module:
     """``model`` with the conv/BatchNorm pairs that are not children of one ``nn.Sequential``
     (e.g. a ResNet block's ``conv1``/``bn1`` attributes) folded too, through a ``torch.fx``
-    trace; ``model`` itself when it cannot be traced (a forward that checks its input's shape
-    or branches on it) or nothing more folds."""
+    trace; ``model`` itself when no BatchNorm is left, it cannot be traced (a forward that
+    checks its input's shape or branches on it), or nothing more folds."""
     from torch.fx.experimental.optimization import fuse
 
+    if not _count_bn(model):
+        return model
     try:
         traced = fuse(model)
     except Exception as exc:  # noqa: BLE001 - not traceable: keep the Sequential folding
@@ -160,35 +162,14 @@ def rewrite_model(model: nn.Module, *, compile: bool = False) -> tuple[nn.Module
     BatchNorm folded into the preceding convolutions (pairs inside an ``nn.Sequential``, then
     the rest where the model can be traced with ``torch.fx``), channels_last where there are
     convolutions, compiled on request."""
-    from ..models.reference import optimize_for_inference, set_eval_mode
+    from ..models.reference import fold_batchnorm, optimize_for_inference
 
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    fast = optimize_for_inference(model, fold_bn=True, channels_last=False)
-    if _count_bn(fast):
-        fast = set_eval_mode(_traced_fold(fast))
-        for p in fast.parameters():
-            p.requires_grad_(False)
-    folded = _count_bn(model) - _count_bn(fast)
-    if has_conv:
-        fast = fast.to(memory_format=torch.channels_last)
-    if compile:
-        fast = torch.compile(fast)  # type: ignore[assignment]
-    names = (("fold_batchnorm",) if folded else ()) + (("channels_last",) if has_conv else ())
+    folded = _traced_fold(fold_batchnorm(model))
+    fast = optimize_for_inference(folded, fold_bn=False, channels_last=has_conv, compile=compile)
+    names = (("fold_batchnorm",) if _count_bn(folded) < _count_bn(model) else ()) \
+        + (("channels_last",) if has_conv else ())
     return fast, names + (("torch.compile",) if compile else ())
-
-
-def output_leaves(outputs: Any) -> list[Tensor]:
-    """The tensors of a model's outputs in a fixed order (tensors; dicts by key; tuples and lists
-    by position; objects by their attributes, e.g. padded Boxes)."""
-    if isinstance(outputs, Tensor):
-        return [outputs]
-    if isinstance(outputs, dict):
-        return [t for k in sorted(outputs, key=str) for t in output_leaves(outputs[k])]
-    if isinstance(outputs, (tuple, list)):
-        return [t for o in outputs for t in output_leaves(o)]
-    if hasattr(outputs, "__dict__"):
-        return [t for k in sorted(vars(outputs)) for t in output_leaves(vars(outputs)[k])]
-    return []
 
 
 @dataclass
@@ -237,17 +218,17 @@ def _compare(a: list[Tensor], b: list[Tensor], tol: float, what: str, into: _Com
             return
 
 
-def _tensor_outputs(outputs: Any) -> bool:
-    """Outputs whose leaves correspond position by position (tensors, and tuples, lists or dicts
-    of tensors); not set-like outputs such as detections (lists of per-image dicts, padded
-    Boxes), whose order changes when near-equal scores swap."""
+def _tensor_leaves(outputs: Any) -> list[Tensor] | None:
+    """The tensors of outputs whose leaves correspond position by position (a tensor, a tuple of
+    tensors, a dict of tensors by key), or None for set-like outputs such as detections (lists
+    of per-image dicts, padded Boxes), whose order changes when near-equal scores swap."""
     if isinstance(outputs, Tensor):
-        return True
-    if isinstance(outputs, dict):
-        return all(isinstance(v, Tensor) for v in outputs.values())
-    if isinstance(outputs, (tuple, list)):
-        return bool(outputs) and all(isinstance(v, Tensor) for v in outputs) and not isinstance(outputs, list)
-    return False
+        return [outputs]
+    if isinstance(outputs, dict) and all(isinstance(v, Tensor) for v in outputs.values()):
+        return [outputs[k] for k in sorted(outputs, key=str)]
+    if isinstance(outputs, tuple) and outputs and all(isinstance(v, Tensor) for v in outputs):
+        return list(outputs)
+    return None
 
 
 def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Tensor], Any], x: Tensor,
@@ -276,8 +257,9 @@ def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Te
         return record, f"the optimised model failed: {type(exc).__name__}: {exc}"
     record.update(original_seconds=round(t1 - t0, 4), optimized_seconds=round(t2 - t1, 4))
     result = _Comparison()
-    if _tensor_outputs(reference):
-        _compare(output_leaves(reference), output_leaves(candidate), tol, "outputs", result)
+    leaves = _tensor_leaves(reference)
+    if leaves is not None:
+        _compare(leaves, _tensor_leaves(candidate) or [], tol, "outputs", result)
     if result.problem is None:
         names = sorted(ref_scores)
         _compare([ref_scores[n] for n in names], [cand_scores.get(n, torch.empty(0)) for n in names],

@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import numpy as np
 import torch
 
+from .model_call import map_tensors
+
 __all__ = ["prefetched", "read_ahead", "BackgroundWriter", "pin_batch"]
 
 log = logging.getLogger(__name__)
@@ -36,14 +38,8 @@ _DONE = object()
 
 
 def pin_batch(batch: Any) -> Any:
-    """CPU tensors of a collated batch (tensors, tuples, lists, dicts) in pinned memory."""
-    if isinstance(batch, torch.Tensor):
-        return batch.pin_memory() if batch.device.type == "cpu" else batch
-    if isinstance(batch, dict):
-        return {k: pin_batch(v) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)) and not hasattr(batch, "_fields"):
-        return type(batch)(pin_batch(v) for v in batch)
-    return batch
+    """CPU tensors of a collated batch (tensors, tuples, lists, dicts, dataclasses) in pinned memory."""
+    return map_tensors(lambda t: t.pin_memory() if t.device.type == "cpu" else t, batch)
 
 
 def prefetched(jobs: Iterable[J], load: Callable[[J], J], depth: int = 2) -> Iterator[J]:
