@@ -59,3 +59,27 @@ class Pairs(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return torch.as_tensor(self.inputs[i]), self.targets[i]
+
+
+# Floats that were computed on another machine (the stored fixtures under tests/data) differ from
+# a fresh computation here in the last bits: convolutions, matrix products and grid_sample take
+# CPU-specific kernels (oneDNN/OpenBLAS pick code paths by instruction set and thread count). The
+# fixtures' floats differed by at most 4.5e-8 (relative 3.8e-7) on a second machine of the same
+# kind; rtol 1e-5 is float32's 1e-7 resolution with two orders of margin, atol 1e-7 covers values
+# near zero. Integers and booleans (labels, predictions, correctness) stay exact.
+STORED_FLOAT_RTOL = 1e-5
+STORED_FLOAT_ATOL = 1e-7
+
+
+def assert_matches_stored(stored: np.ndarray, fresh: np.ndarray, err_msg: str = "") -> None:
+    """``stored`` (read from a fixture written on another machine) equals ``fresh``: integer and
+    boolean arrays exactly, float arrays within ``STORED_FLOAT_RTOL``/``STORED_FLOAT_ATOL`` (see
+    above), with NaN and ±inf in the same places."""
+    stored, fresh = np.asarray(stored), np.asarray(fresh)
+    assert stored.dtype == fresh.dtype, f"{err_msg}: dtype {stored.dtype} != {fresh.dtype}"
+    assert stored.shape == fresh.shape, f"{err_msg}: shape {stored.shape} != {fresh.shape}"
+    if np.issubdtype(stored.dtype, np.inexact):
+        np.testing.assert_allclose(stored, fresh, rtol=STORED_FLOAT_RTOL, atol=STORED_FLOAT_ATOL,
+                                   equal_nan=True, err_msg=err_msg)
+    else:
+        np.testing.assert_array_equal(stored, fresh, err_msg=err_msg)

@@ -17,6 +17,16 @@ from test_optimization import MarginNet, bn_cnn, provenance
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """cuDNN convolutions run in TF32 by default on Ampere and newer (10-bit mantissa): full float32
+    here, so that the GPU's numbers are comparable with the CPU's at float32 tolerance."""
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
+
+
 def test_cuda_matches_cpu_and_records_the_device() -> None:
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (64, 1, 16, 16), dtype=torch.uint8, generator=g)  # uint8: pinned, moved as is

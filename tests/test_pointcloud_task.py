@@ -59,7 +59,13 @@ def test_nero_sample_scores_match_a_loop_over_scipy_rotations_and_runs_each_rota
     np.testing.assert_allclose(got, want_conf, atol=2e-6)
     np.testing.assert_allclose(res.data["true_logit"].values.reshape(len(clouds), -1),
                                logits[np.arange(len(clouds)), :, labels], atol=2e-5)
-    np.testing.assert_array_equal(res.data["prediction"].values.reshape(len(clouds), -1), logits.argmax(-1))
+    # predictions exactly wherever the reference's top two logits are further apart than the two
+    # computations' rounding (the rotation matrices differ in the last bits): near-ties could go either way
+    top2 = np.sort(logits, -1)[..., -2:]
+    decided = top2[..., 1] - top2[..., 0] > 1e-4
+    assert decided.mean() > 0.99
+    np.testing.assert_array_equal(res.data["prediction"].values.reshape(len(clouds), -1)[decided],
+                                  logits.argmax(-1)[decided])
     np.testing.assert_array_equal(res.data["input_points"].values, clouds)  # stored by default for small clouds
 
 
