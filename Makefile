@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test venv datasets browser photos bench study clean
+.PHONY: demo test test-fast venv datasets browser photos bench study clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,8 +62,14 @@ demo: $(STAMP) datasets photos
 	$(BIN)/orbitscope demo
 	@echo "open the interactive interface on the demo's runs: $(BIN)/orbitscope serve   (then http://127.0.0.1:8050/)"
 
+# two pytest-xdist workers (this machine has 2 cores); worksteal evens out the long tests
+PYTEST_PARALLEL ?= -n 2 --dist worksteal
 test: $(STAMP) $(RAY_STAMP) datasets browser photos
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+
+# the edit-test loop: everything but the tests marked slow (browser, Ray, subprocesses, the demo)
+test-fast: $(STAMP) $(RAY_STAMP) datasets
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m "not slow"
 
 bench: $(STAMP) datasets
 	$(BIN)/python benchmarks/orbit_throughput.py

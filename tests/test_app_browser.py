@@ -21,7 +21,7 @@ from orbitscope.results.store import Store
 from browser import chromium_page, needs_chromium, served as served_app, slot
 from test_app_callbacks import ANGLES, build_store
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

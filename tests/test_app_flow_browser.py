@@ -24,7 +24,7 @@ from browser import chromium_page, needs_chromium, plot_point, served as served_
 from helpers import TinyNet
 from test_app_flow import build_flow_store
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

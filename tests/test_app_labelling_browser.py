@@ -19,7 +19,7 @@ from orbitscope.ml4ml.modeldb import ModelDatabase
 from browser import chromium_page, needs_chromium, served, shot, wait_text
 from test_app_labelling import build_tiny_zoo
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from browser import chromium_page, needs_chromium, served as served_app, shot, s
 from helpers import TinyNet
 from test_app_pointcloud import StoredPointNet, build_pointcloud_store, nero_rotation, probabilities
 
-pytestmark = needs_chromium
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 #: the disk cell clicked: net-a's xz disk, axis angle 120°, rotation angle 90°
 PLANE, PHI, PSI = 1, 120.0, 90.0

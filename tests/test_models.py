@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
@@ -194,7 +195,8 @@ def test_model_hash_same_in_fresh_process() -> None:
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={"PYTHONPATH": SRC, "PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+        env={"PYTHONPATH": SRC, "PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin",
+             "OMP_NUM_THREADS": os.environ["OMP_NUM_THREADS"]},
     ).stdout.split()
     torch.manual_seed(0)
     assert out == [model_hash(ReferenceCNN()), TrainRecipe(seed=3).key()]

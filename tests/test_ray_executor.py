@@ -31,6 +31,8 @@ from orbitscope.results.store import Store
 
 import ray  # noqa: E402 - make test installs it (the orbitscope[ray] extra)
 
+pytestmark = pytest.mark.slow  # a local Ray cluster and subprocesses
+
 TESTS = Path(__file__).resolve().parent
 SMALL = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
 
@@ -210,8 +212,6 @@ def test_a_killed_driver_resumes_from_the_store(ray_address: str, tmp_path: Path
     home = tmp_path / "runs"
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(f"""
-        import torch
-        torch.set_num_threads(1)  # as this test process runs: the chunks it writes are compared bit for bit
         import orbitscope as osc
         from orbitscope.data.specs import parse_data_spec
         from orbitscope.engine.ray_executor import RayExecutor
@@ -220,8 +220,8 @@ def test_a_killed_driver_resumes_from_the_store(ray_address: str, tmp_path: Path
         osc.evaluate(model, parse_data_spec("mnist-subset:test@160"), "rotation:0:360:90", batch_size=10,
                      store={str(home)!r}, executor=RayExecutor(address={ray_address!r}, in_flight=2))
     """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
+    # OMP_NUM_THREADS as here (conftest): the chunks the driver writes are compared bit for bit
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     written: set[int] = set()

@@ -46,8 +46,6 @@ import numpy as np
 import torch
 from torch import nn
 
-torch.set_num_threads(1)
-
 N, CHUNK, ANGLES, SEED = 2000, 100, [0, 45, 90, 180], 7
 
 
@@ -107,7 +105,7 @@ def job(tmp_path_factory):
 
 
 def start_job(path: Path, home: Path, *, sleep: float, calls_log: Path) -> subprocess.Popen:
-    env = dict(os.environ, SLEEP=str(sleep), CALLS_LOG=str(calls_log), OMP_NUM_THREADS="1")
+    env = dict(os.environ, SLEEP=str(sleep), CALLS_LOG=str(calls_log))  # OMP_NUM_THREADS as here (conftest)
     return subprocess.Popen([sys.executable, str(path), str(home)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

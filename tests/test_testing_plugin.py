@@ -115,7 +115,7 @@ def test_plugin_in_a_model_repository(tmp_path, centroids, data):
     (tmp_path / "test_model.py").write_text(MODEL_TESTS.format(centroids=str(tmp_path / "centroids.npy")))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
-               ORBITSCOPE_CONFIG=str(tmp_path / "config"), OMP_NUM_THREADS="1")
+               ORBITSCOPE_CONFIG=str(tmp_path / "config"))  # OMP_NUM_THREADS as here (conftest)
     junit = tmp_path / "out" / "orbit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:dash", "--rootdir", str(tmp_path),
