@@ -62,8 +62,9 @@ demo: $(STAMP) datasets photos
 	$(BIN)/orbitscope demo
 	@echo "open the interactive interface on the demo's runs: $(BIN)/orbitscope serve   (then http://127.0.0.1:8050/)"
 
-# two pytest-xdist workers (this machine has 2 cores); worksteal evens out the long tests
-PYTEST_PARALLEL ?= -n 2 --dist worksteal
+# two pytest-xdist workers (this machine has 2 cores); loadfile keeps a module on one worker, so
+# its module-scoped fixtures (trained models, stores, a Ray cluster) are built once
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
 test: $(STAMP) $(RAY_STAMP) datasets browser photos
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 

@@ -50,14 +50,25 @@ def _fixed_torch_threads() -> Iterator[None]:
             os.environ[k] = v
 
 
-@pytest.fixture(autouse=True)
-def _seeded() -> None:
-    """Every test starts from the same global random state (torch, numpy, random), whichever tests
-    ran before it in its worker: a model built without an explicit seed is the same model on every
-    run and under every distribution of tests."""
+def _seed() -> None:
     torch.manual_seed(0)
     np.random.seed(0)
     random.seed(0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _seeded_module() -> None:
+    """A module's own fixtures (built once, before its first test) start from the same global
+    random state whichever modules ran before it in its worker."""
+    _seed()
+
+
+@pytest.fixture(autouse=True)
+def _seeded() -> None:
+    """Every test starts from the same global random state (torch, numpy, random), whichever tests
+    ran before it: a model built without an explicit seed is the same model on every run and under
+    every distribution of tests over workers."""
+    _seed()
 
 
 # the script that made tests/data/store_format2 ran against the previous code; it is not a test

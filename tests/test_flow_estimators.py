@@ -185,6 +185,7 @@ def test_openpiv_missing_raises_spec_error_with_install_hint(monkeypatch):
         OpenPIV()
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch
 def test_importing_models_imports_neither_cv2_nor_openpiv():
     code = ("import sys, orbitscope.models, orbitscope.models.flow_estimators as fe; "
             "assert 'cv2' not in sys.modules and 'openpiv' not in sys.modules; "

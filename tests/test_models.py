@@ -187,6 +187,7 @@ def test_model_hash_stable_and_sensitive() -> None:
     assert model_hash(d) != h
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch
 def test_model_hash_same_in_fresh_process() -> None:
     code = (
         "import torch; from orbitscope.models import ReferenceCNN, model_hash; "

@@ -110,6 +110,7 @@ def test_upright_model_is_invariant(orbit_check):
 '''
 
 
+@pytest.mark.slow  # pytest in a subprocess on a model repository
 def test_plugin_in_a_model_repository(tmp_path, centroids, data):
     np.save(tmp_path / "centroids.npy", centroids)
     (tmp_path / "test_model.py").write_text(MODEL_TESTS.format(centroids=str(tmp_path / "centroids.npy")))

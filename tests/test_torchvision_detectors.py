@@ -177,6 +177,7 @@ def test_without_torchvision_a_spec_error_says_how_to_install(monkeypatch):
         torchvision_detector("fcos_resnet50_fpn")
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch
 def test_importing_orbitscope_models_does_not_import_torchvision():
     code = "import sys, orbitscope, orbitscope.models; assert 'torchvision' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
