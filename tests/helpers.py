@@ -83,3 +83,11 @@ def assert_matches_stored(stored: np.ndarray, fresh: np.ndarray, err_msg: str = 
                                    equal_nan=True, err_msg=err_msg)
     else:
         np.testing.assert_array_equal(stored, fresh, err_msg=err_msg)
+
+
+def decided(scores: np.ndarray, margin: float) -> np.ndarray:
+    """Where the top two of ``scores`` (last axis: classes) are more than ``margin`` apart: the
+    predictions two float computations (another kernel, another runtime) must agree on; closer
+    pairs are near-ties that rounding may break either way."""
+    top2 = np.sort(np.asarray(scores), axis=-1)[..., -2:]
+    return top2[..., 1] - top2[..., 0] > margin

@@ -17,6 +17,8 @@ from orbitscope.group.so3 import NeroSO3, RandomSO3, random_quaternions
 from orbitscope.tasks import PointCloudClassification, orbit_minmax
 from orbitscope.tasks.base import task_from_spec
 
+from helpers import decided
+
 
 class CountingMLP(nn.Module):
     """A fixed MLP on flattened clouds that counts the clouds it has seen."""
@@ -61,11 +63,10 @@ def test_nero_sample_scores_match_a_loop_over_scipy_rotations_and_runs_each_rota
                                logits[np.arange(len(clouds)), :, labels], atol=2e-5)
     # predictions exactly wherever the reference's top two logits are further apart than the two
     # computations' rounding (the rotation matrices differ in the last bits): near-ties could go either way
-    top2 = np.sort(logits, -1)[..., -2:]
-    decided = top2[..., 1] - top2[..., 0] > 1e-4
-    assert decided.mean() > 0.99
-    np.testing.assert_array_equal(res.data["prediction"].values.reshape(len(clouds), -1)[decided],
-                                  logits.argmax(-1)[decided])
+    clear = decided(logits, 1e-4)
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(res.data["prediction"].values.reshape(len(clouds), -1)[clear],
+                                  logits.argmax(-1)[clear])
     np.testing.assert_array_equal(res.data["input_points"].values, clouds)  # stored by default for small clouds
 
 

@@ -28,8 +28,8 @@ app.add_typer(runs_app, name="runs")
 @app.command()
 @friendly_errors
 def evaluate(
-    model: str = typer.Option(..., "--model", help="'package.module:factory' (with --weights), a TorchScript or "
-                              "torch.export file, or an orbitscope .safetensors model file."),
+    model: str = typer.Option(..., "--model", help="'package.module:factory' (with --weights), a TorchScript, "
+                              "torch.export or ONNX (.onnx) file, or an orbitscope .safetensors model file."),
     data: str = typer.Option(..., "--data", help="mnist-subset[:train|test], fashion-mnist[:train|test], "
                              "idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
     orbit: str = typer.Option(..., "--orbit", help="e.g. rotation:0:360:5, shift:-8:8:2, scale:0.7:1.3:0.02, "

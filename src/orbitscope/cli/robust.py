@@ -101,8 +101,8 @@ def balanced_inputs(data: str, n: int) -> Any:
 @friendly_errors
 def certify_command(
     model: str = typer.Option(..., "--model", help="A recipe name (plain, uniform, normal90, p4cnn, pgd, …: trained "
-                              "on first use and cached), 'package.module:factory' (with --weights), a TorchScript or "
-                              "torch.export file, or an orbitscope .safetensors model file."),
+                              "on first use and cached), 'package.module:factory' (with --weights), a TorchScript, "
+                              "torch.export or ONNX (.onnx) file, or an orbitscope .safetensors model file."),
     data: str = typer.Option("mnist-subset:test", "--data", help="mnist-subset[:train|test], fashion-mnist[:train|"
                              "test], idx:IMAGES,LABELS, folder:PATH or npz:PATH; '@N' keeps the first N samples."),
     n: int = typer.Option(100, "--n", help="Inputs: N/classes of each class (the first of each), unless --data "

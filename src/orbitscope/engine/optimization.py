@@ -80,7 +80,11 @@ def _has_hooks(model: nn.Module) -> str | None:
 
 
 def ineligibility(model: nn.Module, *, recording_activations: bool, precision: str, compile: bool) -> str | None:
-    """Why the rewritten model must not run (None: it may). ``model`` is in eval mode already."""
+    """Why the rewritten model must not run (None: it may). ``model`` is in eval mode already. A
+    model that runs outside torch says why in its ``optimization_refused`` (e.g. an ONNX model)."""
+    refused = getattr(model, "optimization_refused", None)
+    if isinstance(refused, str):
+        return refused
     if recording_activations:
         return "activations are recorded with forward hooks on the original layers"
     hooked = _has_hooks(model)

@@ -5,6 +5,7 @@ from .flow_cnn import FlowCNN
 from .equivariant import P4CNN, Symmetrized, symmetrize
 from .flow_estimators import DIS, Farneback, HornSchunck, OpenPIV  # cv2, openpiv imported lazily
 from .nero_cnn import NeroCNN
+from .onnx_model import OnnxModel  # onnxruntime imported when one is built
 from .point_nets import DGCNN, DistanceNet, PointNet
 from .reference import (
     ReferenceCNN,
@@ -24,4 +25,4 @@ from .zoo_nets import VGGBN, SmallResNet
 __all__ = ["ARCHITECTURES", "CentreDetector", "FlowCNN", "P4CNN", "Symmetrized", "symmetrize", "NeroCNN", "ReferenceCNN", "SmallCNN", "register_model", "list_models", "build_model", "default_config",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
            "TORCHVISION_DETECTORS", "torchvision_detector", "Farneback", "DIS", "HornSchunck", "OpenPIV",
-           "PointNet", "DGCNN", "DistanceNet", "VGGBN", "SmallResNet"]
+           "PointNet", "DGCNN", "DistanceNet", "VGGBN", "SmallResNet", "OnnxModel"]

@@ -10,7 +10,8 @@ File conventions
 * :func:`load_model` rebuilds a registered architecture from such a file.
 * :func:`load_user_model` loads arbitrary user models from ``"package.module:factory"``
   (+ optional weights: ``.safetensors`` or a ``torch.save``'d state dict), from a
-  TorchScript archive or from a ``torch.export`` archive (``.pt2``).
+  TorchScript archive, from a ``torch.export`` archive (``.pt2``) or from an ``.onnx`` file
+  (run by ONNX Runtime).
 
 All loaded models live on the CPU and are returned in eval mode (``torch.export``
 graphs cannot switch mode: export them in eval mode).
@@ -410,7 +411,9 @@ def load_user_model(
             attribute path, e.g. a class) or the path of a TorchScript archive or a
             ``torch.export`` archive (``.pt2``); the kind of archive is detected from
             its contents, not its extension. An orbitscope ``.safetensors`` file with
-            a config is also accepted (delegates to :func:`load_model`).
+            a config is also accepted (delegates to :func:`load_model`), and an ``.onnx``
+            file runs through ONNX Runtime (:class:`~orbitscope.models.onnx_model.OnnxModel`;
+            told by its extension: ONNX files have no magic bytes).
         weights: for a factory spec, optional ``.safetensors`` or ``torch.save`` state
             dict (or ``{"state_dict": ...}``) loaded strictly. Not allowed for archives.
         factory_kwargs: keyword arguments for ``factory``.
@@ -434,11 +437,15 @@ def load_user_model(
             )
         if path.suffix == ".safetensors" or _file_format(path) == "safetensors":
             return load_model(path)
+        if path.suffix.lower() == ".onnx":  # a protobuf: no magic bytes to tell it by
+            from .onnx_model import load_onnx_model
+
+            return load_onnx_model(path)
         archive = set_eval_mode(_load_archive(path, trust))
         if not isinstance(archive, torch.jit.ScriptModule):  # a torch.export graph: workers load the same file
             archive.orbitscope_archive = str(path.resolve())
         return archive
-    looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors")
+    looks_like_path = os.sep in spec or path.suffix in (".pt", ".pt2", ".pth", ".ts", ".jit", ".safetensors", ".onnx")
     if ":" not in spec or looks_like_path and not spec.split(":", 1)[0].replace(".", "").isidentifier():
         raise FileNotFoundError(f"model file not found: '{spec}' (and it is not a 'package.module:factory' spec)")
 
