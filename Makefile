@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test test-fast venv datasets browser photos bench study clean
+.PHONY: demo test test-fast models venv datasets browser photos bench study clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,13 @@ photos:
 	    echo "note: $(OPENCV_EXAMPLES) missing; run 'sudo apt-get install opencv-doc' (the demo's real photos and their tests will be skipped)"; \
 	  fi; \
 	fi
+
+# Retrain every model the demo evaluates from its recipe, on an empty store, and ship the files
+# with their SHA-256 in src/orbitscope/demos/weights (the demo copies them instead of training).
+MODELS_HOME ?= build/demo-models
+models: $(STAMP) datasets
+	rm -rf $(MODELS_HOME)
+	$(BIN)/orbitscope demo-models --home $(MODELS_HOME)
 
 demo: $(STAMP) datasets photos
 	$(BIN)/orbitscope demo

@@ -311,6 +311,8 @@ def demo(
     out: Path = typer.Option(Path("demo-output"), "--out", help="Folder for figures, summary tables and reports."),
     n: int = typer.Option(500, "--n", help="Held-out images per dataset (a multiple of 10)."),
     ml4ml: bool = typer.Option(True, "--ml4ml/--no-ml4ml", help="Also run ML4ML's assessors on the shipped model study."),
+    retrain: bool = typer.Option(False, "--retrain", help="Train the models the store has not cached instead of "
+                                 "copying the trained weights orbitscope ships (SHA-256 checked)."),
 ) -> None:
     """NERO's MNIST case study (and Fashion-MNIST): plain vs augmented vs equivariant CNNs over rotations;
     ML4ML assessors against formula baselines on the shipped 208-model study; NERO's detection case study (our detector at 0 % vs 100 % jitter over
@@ -344,25 +346,27 @@ def demo(
             if msg.startswith("evaluating"):
                 state["update"] = engine_progress(bar, msg.split(" on ")[0])
 
-        result = run_demo(home, out, n_test=n, cases=chosen, status=status, progress=progress, ml4ml=ml4ml)
+        result = run_demo(home, out, n_test=n, cases=chosen, status=status, progress=progress, ml4ml=ml4ml,
+                          shipped=not retrain)
         if detection:
             from ..demos.detection import run_detection_demo
 
-            det = run_detection_demo(home, out / "detection", status=status, progress=progress)
+            det = run_detection_demo(home, out / "detection", status=status, progress=progress, shipped=not retrain)
             result.files.update(det.files)
             result.skipped.update({f"detection {k}": v for k, v in det.skipped.items()})
             result.seconds["training"] += det.seconds["training"]
         if piv:
             from ..demos.piv import run_piv_demo
 
-            flow_demo = run_piv_demo(home, out / "piv", status=status, progress=progress)
+            flow_demo = run_piv_demo(home, out / "piv", status=status, progress=progress, shipped=not retrain)
             result.files.update(flow_demo.files)
             result.skipped.update({f"piv {k}": v for k, v in flow_demo.skipped.items()})
             result.seconds["training"] += flow_demo.seconds["training"]
         if pointcloud:
             from ..demos.pointcloud import run_pointcloud_demo
 
-            cloud_demo = run_pointcloud_demo(home, out / "pointcloud", status=status, progress=progress)
+            cloud_demo = run_pointcloud_demo(home, out / "pointcloud", status=status, progress=progress,
+                                             shipped=not retrain)
             result.files.update(cloud_demo.files)
             result.skipped.update({f"pointcloud {k}": v for k, v in cloud_demo.skipped.items()})
             result.seconds["training"] += cloud_demo.seconds["training"]
@@ -408,6 +412,32 @@ def demo(
     first = reports[0] if reports else next(iter(result.files.values()), out)
     console.print(f"next: open {first}; [bold]orbitscope runs list{home_arg}[/]; "
                   f"[bold]orbitscope plot RUN_A RUN_B -o fig.pdf{home_arg}[/]")
+
+
+@app.command("demo-models")
+@friendly_errors
+def demo_models(
+    home: Optional[Path] = HomeOption,
+    ship: bool = typer.Option(True, "--ship/--no-ship", help="Copy the trained files, with their SHA-256, into "
+                              "orbitscope's shipped weights (src/orbitscope/demos/weights)."),
+) -> None:
+    """Train every model the demo evaluates from its recipe into the store's model cache (models
+    cached there already are kept: use an empty --home to retrain all), then ship them: the demo
+    copies shipped weights instead of training. `make models` runs this on an empty store."""
+    from ..demos.models import demo_model_files, train_demo_models
+    from ..demos.shipped import SHIPPED_WEIGHTS, ship_files
+    from ..results.store import Store
+
+    logging.basicConfig(level=logging.WARNING)
+    cache = Store(home).home / "models"
+    t0 = time.perf_counter()
+    seconds = train_demo_models(cache, lambda msg: console.print(f"• {msg}"), shipped=False)
+    files = demo_model_files(cache)
+    console.print(f"{len(files)} models in {cache} (training {seconds:.1f} s, {time.perf_counter() - t0:.1f} s in all)")
+    if ship:
+        entries = ship_files(files, "make models (orbitscope demo-models on an empty store)")
+        total = sum(e["bytes"] for e in entries.values())
+        console.print(f"shipped {len(entries)} files, {total / 1e6:.1f} MB, to {SHIPPED_WEIGHTS}")
 
 
 @app.command()

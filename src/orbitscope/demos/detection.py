@@ -38,8 +38,9 @@ from ..training.detection import DetectorRecipe, cached_detector, detection_trai
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
+from .shipped import cache_ready
 
-__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "headline_rows"]
+__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows"]
 
 #: the two detectors of NERO's contrast (display name -> recipe)
 DETECTORS: dict[str, DetectorRecipe] = {
@@ -95,10 +96,18 @@ def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -
     return rows
 
 
+def train_detectors(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
+    """Train the demo's detectors that are neither cached in ``cache`` nor shipped; seconds spent."""
+    missing = [r for r in DETECTORS.values() if not cache_ready(detector_cache_path(r, cache), shipped=shipped)]
+    return train_missing(missing, _train_one, cache, "detector", say)
+
+
 def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/detection", *,
                        n_objects: int = 48, photos: bool = True, status: Callable[[str], None] | None = None,
-                       progress: Callable[[int, int | None], None] | None = None) -> DetectionDemo:
-    """Run the detection demo (see the module docstring); models are cached in the store."""
+                       progress: Callable[[int, int | None], None] | None = None,
+                       shipped: bool = True) -> DetectionDemo:
+    """Run the detection demo (see the module docstring); models are cached in the store (taken
+    from the shipped weights when ``shipped``: :mod:`orbitscope.demos.shipped`)."""
     if n_objects < 3:
         raise ValueError(f"n_objects must be at least 3 (the report's dimension reduction), got {n_objects}")
     say = status or (lambda msg: None)
@@ -106,8 +115,7 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     cache = store.home / "models"
     out = Path(out_dir)
     demo = DetectionDemo()
-    missing = [r for r in DETECTORS.values() if not detector_cache_path(r, cache).is_file()]
-    demo.seconds["training"] = train_missing(missing, _train_one, cache, "detector", say)
+    demo.seconds["training"] = train_detectors(cache, say, shipped=shipped)
 
     recipe = next(iter(DETECTORS.values()))
     test = detection_training_data(DetectorRecipe(scenes=400, seed=1, view=recipe.view, max_shift=recipe.max_shift),

@@ -39,9 +39,10 @@ from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks import Classification
 from ..training.recipes import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
-from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
+from .common import train_missing
+from .shipped import cache_ready
 
-__all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo"]
+__all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo", "train_classifiers"]
 
 SYMMETRIZED = "symmetrized"
 
@@ -116,19 +117,15 @@ def _training_cost(recipe: TrainRecipe) -> float:
     return _RELATIVE_COST.get(str(recipe.arch.get("arch")), 1.0) * recipe.epochs * n_images
 
 
-def _train_missing(recipes: list[TrainRecipe], cache_dir: Path, say: Callable[[str], None]) -> float:
-    missing = [r for r in recipes if not cache_path(r, cache_dir).is_file()]
+def train_classifiers(recipes: list[TrainRecipe], cache_dir: Path, say: Callable[[str], None], *,
+                      shipped: bool = True) -> float:
+    """Train the recipes whose models are neither cached in ``cache_dir`` nor shipped (with
+    ``shipped``: :func:`~orbitscope.demos.shipped.cache_ready`); returns the seconds spent."""
+    missing = [r for r in recipes if not cache_ready(cache_path(r, cache_dir), shipped=shipped)]
     # costliest first, so the two workers finish close together (each model trains alone in its
     # own process with its own seeds, so the order changes no result)
     missing.sort(key=_training_cost, reverse=True)
-    if not missing:
-        return 0.0
-    t0 = time.perf_counter()
-    say(f"training {len(missing)} model(s), two at a time: {', '.join(r.name for r in missing)}")
-    runner: Executor = LocalExecutor() if len(missing) == 1 else ProcessExecutor(workers=2, threads=1)
-    for _, name in runner.map(_train_one, missing, str(cache_dir)):
-        say(f"trained {name}")
-    return time.perf_counter() - t0
+    return train_missing(missing, _train_one, cache_dir, "model", say)
 
 
 def run_demo(
@@ -141,12 +138,14 @@ def run_demo(
     status: Callable[[str], None] | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     ml4ml: bool = True,
+    shipped: bool = True,
 ) -> DemoResult:
     """Run the demo; ``status`` receives one-line messages, ``progress`` engine progress.
 
     ``n_test`` images per dataset (a multiple of 10: ``n_test // 10`` per class). With ``ml4ml``
     the ML4ML part runs too (:func:`orbitscope.demos.ml4ml.run_ml4ml_demo` on the shipped study,
-    outputs in ``<out_dir>/ml4ml``)."""
+    outputs in ``<out_dir>/ml4ml``). Models come from the store's cache, else from the weights
+    orbitscope ships (``shipped``; :mod:`orbitscope.demos.shipped`), else they are trained."""
     if n_test % 10 or not 10 <= n_test <= 1000:
         raise ValueError(f"n_test must be a multiple of 10 in [10, 1000], got {n_test}")
     say = status or (lambda msg: None)
@@ -166,7 +165,7 @@ def run_demo(
         from .ml4ml import JUDGED
 
         recipes += list(JUDGED.values())
-    result.seconds["training"] = _train_missing(recipes, cache, say)
+    result.seconds["training"] = train_classifiers(recipes, cache, say, shipped=shipped)
     orbit = Rotation(np.arange(0.0, 360.0 + step / 2, step))
     for case, data in available:
         runs = []

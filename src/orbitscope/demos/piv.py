@@ -37,8 +37,9 @@ from ..training.flow import FlowRecipe, cached_flow_model, flow_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
+from .shipped import cache_ready
 
-__all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "real_pairs", "element_rows"]
+__all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "train_flow_models", "real_pairs", "element_rows"]
 
 #: the learned estimators (display name -> recipe)
 FLOW_RECIPES: dict[str, FlowRecipe] = {
@@ -142,10 +143,17 @@ def _per_flow_type(results: list[Any], names: list[str], flow_types: np.ndarray,
     return write_csv(rows, folder / "summary_by_flow_type.csv")
 
 
+def train_flow_models(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
+    """Train the demo's flow models that are neither cached in ``cache`` nor shipped; seconds spent."""
+    missing = [r for r in FLOW_RECIPES.values() if not cache_ready(flow_cache_path(r, cache), shipped=shipped)]
+    return train_missing(missing, _train_one, cache, "flow model", say)
+
+
 def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/piv", *,
                  status: Callable[[str], None] | None = None,
-                 progress: Callable[[int, int | None], None] | None = None) -> PIVDemo:
-    """Run the PIV demo (see the module docstring); learned models are cached in the store."""
+                 progress: Callable[[int, int | None], None] | None = None, shipped: bool = True) -> PIVDemo:
+    """Run the PIV demo (see the module docstring); learned models are cached in the store (taken
+    from the shipped weights when ``shipped``: :mod:`orbitscope.demos.shipped`)."""
     from ..models.flow_estimators import Farneback
 
     say = status or (lambda msg: None)
@@ -153,8 +161,7 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
     cache = store.home / "models"
     out = Path(out_dir)
     demo = PIVDemo()
-    missing = [r for r in FLOW_RECIPES.values() if not flow_cache_path(r, cache).is_file()]
-    demo.seconds["training"] = train_missing(missing, _train_one, cache, "flow model", say)
+    demo.seconds["training"] = train_flow_models(cache, say, shipped=shipped)
     models: dict[str, torch.nn.Module] = {"farneback": Farneback()}
     for name, recipe in FLOW_RECIPES.items():
         models[name] = cached_flow_model(recipe, cache)[0]

@@ -39,8 +39,9 @@ from ..training.pointcloud import PointCloudRecipe, cached_point_model, point_ca
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
+from .shipped import cache_ready
 
-__all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "run_pointcloud_demo", "rotation_rows"]
+__all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "run_pointcloud_demo", "train_point_models", "rotation_rows"]
 
 #: the trained models (display name -> recipe)
 POINT_RECIPES: dict[str, PointCloudRecipe] = {
@@ -110,17 +111,26 @@ def rotation_rows(runs: list[Run], names: list[str], orbit: Any) -> list[dict[st
     return rows
 
 
+def train_point_models(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
+    """Train the demo's point-cloud models that are neither cached in ``cache`` nor shipped;
+    seconds spent."""
+    missing = [POINT_RECIPES[n] for n in TRAINING_ORDER
+               if not cache_ready(point_cache_path(POINT_RECIPES[n], cache), shipped=shipped)]
+    return train_missing(missing, _train_one, cache, "point-cloud model", say)
+
+
 def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/pointcloud", *,
                         status: Callable[[str], None] | None = None,
-                        progress: Callable[[int, int | None], None] | None = None) -> PointCloudDemo:
-    """Run the point-cloud demo (see the module docstring); trained models are cached in the store."""
+                        progress: Callable[[int, int | None], None] | None = None,
+                        shipped: bool = True) -> PointCloudDemo:
+    """Run the point-cloud demo (see the module docstring); trained models are cached in the store
+    (taken from the shipped weights when ``shipped``: :mod:`orbitscope.demos.shipped`)."""
     say = status or (lambda msg: None)
     store = Store(home)
     cache = store.home / "models"
     out = Path(out_dir)
     demo = PointCloudDemo()
-    missing = [POINT_RECIPES[n] for n in TRAINING_ORDER if not point_cache_path(POINT_RECIPES[n], cache).is_file()]
-    demo.seconds["training"] = train_missing(missing, _train_one, cache, "point-cloud model", say)
+    demo.seconds["training"] = train_point_models(cache, say, shipped=shipped)
     models: dict[str, torch.nn.Module] = {name: cached_point_model(recipe, cache)[0]
                                           for name, recipe in POINT_RECIPES.items()}
     symmetrized = f"pointnet-{SYMMETRY_GROUP}"  # 24 forwards per cloud: on the uniform grid only
