@@ -7,16 +7,22 @@ import os
 import random
 from collections.abc import Iterator
 
-import numpy as np
-import pytest
-import torch
-
-# Torch intra-op threads for the tests and for every process they start. One by default: tests use
-# tiny tensors, one thread is faster than two on a shared 2-core machine and immune to CPU
-# oversubscription. ORBITSCOPE_TEST_THREADS=N runs the suite at N threads (the portability check
-# runs it at 2); a test that compares a subprocess's floats with its own bit for bit holds at any N
-# because the subprocess inherits N through OMP_NUM_THREADS / MKL_NUM_THREADS.
+# Intra-op threads (torch, OpenBLAS, MKL, OpenMP) for the tests and for every process they start.
+# One by default: tests use tiny arrays, one thread is faster than two on a shared 2-core machine
+# and immune to CPU oversubscription (OpenBLAS's spinning threads made simulation tests 3x slower
+# under load). ORBITSCOPE_TEST_THREADS=N runs the suite at N threads (the portability check runs it
+# at 2); a test that compares a subprocess's floats with its own bit for bit holds at any N because
+# the subprocess inherits N through these variables. Set before numpy and torch are imported here;
+# threadpoolctl (below) also limits pools that a plugin's earlier import of numpy started.
 TEST_THREADS = int(os.environ.get("ORBITSCOPE_TEST_THREADS", "1"))
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+for _name in THREAD_VARIABLES:
+    os.environ[_name] = str(TEST_THREADS)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -33,21 +39,16 @@ def _own_trust_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 @pytest.fixture(autouse=True, scope="session")
 def _fixed_torch_threads() -> Iterator[None]:
-    """TEST_THREADS intra-op threads here and in every subprocess a test starts; deterministic
-    algorithms where torch has a choice (a warning, not an error, where an op has none)."""
-    old_env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    """TEST_THREADS intra-op threads here (torch and the BLAS/OpenMP pools) and in every subprocess
+    a test starts (the variables set above); deterministic algorithms where torch has a choice (a
+    warning, not an error, where an op has none)."""
     old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(TEST_THREADS)
     torch.set_num_threads(TEST_THREADS)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    yield
+    with threadpool_limits(TEST_THREADS):
+        yield
     torch.set_num_threads(old_threads)
     torch.use_deterministic_algorithms(old_det)
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 def _seed() -> None:

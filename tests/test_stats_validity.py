@@ -12,6 +12,7 @@ repetitions: ``benchmarks/stats_validity.py``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -114,9 +115,12 @@ def test_sup_t_band_covers_at_small_n():
 # --------------------------------------------------- (b) family-wise error, FDR under H0
 
 
-def _rejections(correction: str, binary: bool, rho: float, reps: int, seed: int, planted: np.ndarray | None = None,
-                shift: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(reps, K) boolean: which elements compare_values flags (worse or better), and the raw p ≤ α."""
+def _rejections(corrections: dict[str, int], binary: bool, rho: float, seed: int,
+                planted: np.ndarray | None = None, shift: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per correction, (reps, K) booleans: which elements compare_values flags (worse or better),
+    and the raw p ≤ α, over that correction's ``reps`` (``corrections``: name -> reps). The
+    corrections share the data: repetition r is the same pair (A, B) for each of them, as
+    separate runs from the same seed drew it (compare_values does not use this generator)."""
     rng = np.random.default_rng(seed)
     means = np.linspace(0.6, 0.95, K) if binary else np.zeros(K)
     means_b = means.copy()
@@ -125,13 +129,26 @@ def _rejections(correction: str, binary: bool, rho: float, reps: int, seed: int,
             means_b[planted] = stats.norm.cdf(stats.norm.ppf(means[planted]) + shift)
         else:
             means_b[planted] += shift
-    flagged, raw = np.zeros((reps, K), bool), np.zeros((reps, K), bool)
-    for r in range(reps):
+    out = {c: (np.zeros((reps, K), bool), np.zeros((reps, K), bool)) for c, reps in corrections.items()}
+    for r in range(max(corrections.values())):
         a, b = _pair(rng, means, means_b, rho=rho, binary=binary)
-        pc = paired.compare_values(_ov(a, binary), _ov(b, binary), alpha=ALPHA, correction=correction,
-                                   permutations=PERMUTATIONS, seed=r)
-        flagged[r], raw[r] = pc.worse | pc.better, pc.p <= ALPHA
-    return flagged, raw
+        for correction, reps in corrections.items():
+            if r < reps:
+                pc = paired.compare_values(_ov(a, binary), _ov(b, binary), alpha=ALPHA, correction=correction,
+                                           permutations=PERMUTATIONS, seed=r)
+                out[correction][0][r], out[correction][1][r] = pc.worse | pc.better, pc.p <= ALPHA
+    return out
+
+
+#: repetitions of the family-wise error check per correction (max-T pays for its sign flips)
+FWER_REPS = {"holm": 400, "bonferroni": 400, "maxt": 150}
+
+
+@functools.cache
+def _null_rejections(binary: bool, rho: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The H0 simulation of test_family_wise_error_under_h0, run once per (binary, ρ) for the
+    three corrections (each test case reads its own correction: the same numbers as a run of its own)."""
+    return _rejections(FWER_REPS, binary, rho, seed=200 + 10 * binary + int(10 * rho))
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.9])
@@ -142,8 +159,8 @@ def test_family_wise_error_under_h0(correction, binary, rho):
     element flagged) ≤ α (Holm, Bonferroni: 400 repetitions, pass ≤ 0.083; max-T with 200 sign
     flips: 150 repetitions, pass ≤ 0.103). Uncorrected per-element tests flag somewhere in
     ~40–75 % of the repetitions."""
-    reps = 150 if correction == "maxt" else 400
-    flagged, raw = _rejections(correction, binary, rho, reps, seed=200 + 10 * binary + int(10 * rho))
+    reps = FWER_REPS[correction]
+    flagged, raw = _null_rejections(binary, rho)[correction]
     fwer = flagged.any(1).mean()
     assert _at_most(fwer, ALPHA, reps), f"{correction} FWER {fwer:.3f}"
     assert raw.any(1).mean() > 0.3  # the correction is what keeps it at α
@@ -156,8 +173,8 @@ def test_false_discovery_rate_under_a_partial_null(binary):
     which is smaller than the 0/1 bound √(α(1 − α)/reps) = 0.013, so the check is stricter)."""
     reps = 300
     planted = np.arange(12)
-    flagged, _ = _rejections("fdr", binary, 0.9, reps, seed=300 + binary, planted=planted,
-                             shift=0.35 if binary else 0.25)
+    flagged, _ = _rejections({"fdr": reps}, binary, 0.9, seed=300 + binary, planted=planted,
+                             shift=0.35 if binary else 0.25)["fdr"]
     null = np.ones(K, bool)
     null[planted] = False
     v, r = flagged[:, null].sum(1), flagged.sum(1)
@@ -179,8 +196,8 @@ def test_planted_differences_are_found_and_maxt_is_at_least_as_powerful_as_holm(
     reps = 100
     planted = np.arange(15, 21)
     power = {}
-    for correction in ("holm", "maxt"):
-        flagged, _ = _rejections(correction, False, 0.9, reps, seed=400, planted=planted, shift=0.25)
+    runs = _rejections({"holm": reps, "maxt": reps}, False, 0.9, seed=400, planted=planted, shift=0.25)
+    for correction, (flagged, _) in runs.items():
         per_rep = flagged[:, planted].mean(1)
         power[correction] = per_rep
         null = np.setdiff1d(np.arange(K), planted)
