@@ -71,7 +71,8 @@ def test_local_process_and_ray_give_identical_runs(ray_address: str, tmp_path: P
     model = _model()
     kwargs = dict(batch_size=50, consensus=True, orbit="rotation:0:360:60")
     local = osc.evaluate(model, data, executor=LocalExecutor(), **kwargs)
-    procs = osc.evaluate(model, data, executor=ProcessExecutor(2), **kwargs)
+    # one worker process (each spends seconds importing torch); test_engine_v2 runs a pool of two
+    procs = osc.evaluate(model, data, executor=ProcessExecutor(1), **kwargs)
     remote = osc.evaluate(model, data, executor=RayExecutor(), store=tmp_path / "runs", **kwargs)
     assert local.run_id == procs.run_id == remote.run_id
     _same(local.result, procs.result)
@@ -218,8 +219,8 @@ def test_a_killed_driver_resumes_from_the_store(ray_address: str, tmp_path: Path
         from orbitscope.models.loading import load_user_model
         model = load_user_model("ray_models:watched_cnn", factory_kwargs={{"marker": {str(marker)!r}, "delay": 0.4}})
         osc.evaluate(model, parse_data_spec("mnist-subset:test@160"), "rotation:0:360:90", batch_size=10,
-                     store={str(home)!r}, executor=RayExecutor(address={ray_address!r}, in_flight=2))
-    """))
+                     store={str(home)!r}, executor=RayExecutor(address={ray_address!r}, in_flight=1))
+    """))  # one task at a time: the driver's job starts one Ray worker, not two (seconds of imports each)
     # OMP_NUM_THREADS as here (conftest): the chunks the driver writes are compared bit for bit
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

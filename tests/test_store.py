@@ -37,7 +37,7 @@ VARIABLES = ("confidence", "prediction", "correct", "top1_confidence", "entropy"
 # ---------------------------------------------------------------------------------------------
 
 JOB = '''
-"""A deterministic evaluation of a slow-ish noisy model over 2,000 samples x 4 angles."""
+"""A deterministic evaluation of a slow-ish noisy model over 400 samples x 4 angles, in 20 chunks."""
 import os
 import sys
 import time
@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-N, CHUNK, ANGLES, SEED = 2000, 100, [0, 45, 90, 180], 7
+N, CHUNK, ANGLES, SEED = 400, 20, [0, 45, 90, 180], 7
 
 
 class Slow(nn.Module):
@@ -85,10 +85,19 @@ def run(home):
 
 
 if __name__ == "__main__":
+    go = os.environ.get("GO_FILE")
+    if go:  # started ahead, so that its imports overlap the run before it: it evaluates once told to
+        import orbitscope  # noqa: F401 - the slow part of starting
+
+        deadline = time.monotonic() + 600
+        while not os.path.exists(go):
+            if time.monotonic() > deadline:
+                sys.exit(f"{go} never appeared")
+            time.sleep(0.01)
     run(sys.argv[1])
 '''
 
-N, CHUNK = 2000, 100
+N, CHUNK = 400, 20
 N_CHUNKS = N // CHUNK
 
 
@@ -104,8 +113,11 @@ def job(tmp_path_factory):
     return path, mod
 
 
-def start_job(path: Path, home: Path, *, sleep: float, calls_log: Path) -> subprocess.Popen:
+def start_job(path: Path, home: Path, *, sleep: float, calls_log: Path, go: Path | None = None) -> subprocess.Popen:
+    """The job in a new process; with ``go``, it imports and then waits for that file to appear."""
     env = dict(os.environ, SLEEP=str(sleep), CALLS_LOG=str(calls_log))  # OMP_NUM_THREADS as here (conftest)
+    if go is not None:
+        env["GO_FILE"] = str(go)
     return subprocess.Popen([sys.executable, str(path), str(home)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -157,6 +169,7 @@ class Reader:
         return sorted(set(sizes))
 
 
+@pytest.mark.slow  # two writer processes (seconds of importing torch each) and deliberate slowness
 def test_sigkill_mid_run_resume_and_concurrent_readers(job, tmp_path):
     """Kill -9 a writer mid-run, resume it in a new process, and compare with an uninterrupted
     run; meanwhile this process reads the store concurrently with both writers."""
@@ -166,8 +179,11 @@ def test_sigkill_mid_run_resume_and_concurrent_readers(job, tmp_path):
     reader = Reader(home)
     log1, log2 = tmp_path / "calls1.txt", tmp_path / "calls2.txt"
 
-    # 1. start a slow writer; kill it with SIGKILL once at least one chunk is committed
+    # 1. start a slow writer, and the writer that will resume it (it imports meanwhile, then waits
+    #    for `go`); kill the first with SIGKILL once at least one chunk is committed
+    go = tmp_path / "go"
     proc = start_job(path, home, sleep=0.15, calls_log=log1)
+    resumer = start_job(path, home, sleep=0.05, calls_log=log2, go=go)
     try:
         deadline = time.monotonic() + 120
         while reader.read() < 1:
@@ -176,35 +192,33 @@ def test_sigkill_mid_run_resume_and_concurrent_readers(job, tmp_path):
             time.sleep(0.01)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:  # pragma: no cover - only on test failure
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+        assert proc.returncode == -signal.SIGKILL
 
-    store = Store(home, create=False)
-    (rec,) = store.runs()
-    done = rec.chunks_done
-    assert 1 <= done < N_CHUNKS and not rec.complete
-    assert count_calls(log1) >= done  # the killed process did compute what was committed
-    with pytest.raises(StoreError, match="not complete"):
-        store.load(rec.run_id)
-    partial = store.load(rec.run_id, allow_partial=True)
-    np.testing.assert_array_equal(partial.data.sample.values, np.arange(done * CHUNK))
+        store = Store(home, create=False)
+        (rec,) = store.runs()
+        done = rec.chunks_done
+        assert 1 <= done < N_CHUNKS and not rec.complete
+        assert count_calls(log1) >= done  # the killed process did compute what was committed
+        with pytest.raises(StoreError, match="not complete"):
+            store.load(rec.run_id)
+        partial = store.load(rec.run_id, allow_partial=True)
+        np.testing.assert_array_equal(partial.data.sample.values, np.arange(done * CHUNK))
 
-    # 2. resume in a fresh process (computing only the missing chunks) while reading concurrently
-    proc = start_job(path, home, sleep=0.05, calls_log=log2)
-    try:
+        # 2. resume in a fresh process (computing only the missing chunks) while reading concurrently
+        assert resumer.poll() is None, f"the resuming job ended before it was told to go: {resumer.communicate()}"
+        go.touch()
         deadline = time.monotonic() + 180
-        while proc.poll() is None:
+        while resumer.poll() is None:
             assert time.monotonic() < deadline, "resumed writer did not finish"
             reader.read()  # must never fail
             time.sleep(0.01)
     finally:
-        if proc.poll() is None:  # pragma: no cover
-            proc.kill()
-        _, stderr = proc.communicate()
-    assert proc.returncode == 0, stderr
+        for p in (proc, resumer):
+            if p.poll() is None:  # pragma: no cover - only on test failure
+                p.kill()
+                p.wait()
+    _, stderr = resumer.communicate()
+    assert resumer.returncode == 0, stderr
     assert count_calls(log2) == N_CHUNKS - done
     resumed = Store(home, create=False).load(rec.run_id)
     assert resumed.attrs["status"] == "complete" and resumed.n_samples == N

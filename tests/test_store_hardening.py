@@ -4,6 +4,8 @@ orphan temporary files, and per-chunk checksums. Each test reproduces the failur
 from __future__ import annotations
 
 import errno
+import importlib.util
+import multiprocessing
 import os
 import shutil
 import signal
@@ -40,24 +42,32 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def _create_hanging(home: str) -> None:
+    """(In a forked child.) Create a store at ``home``, hanging between building and linking its catalog."""
+    os.link = lambda *a, **k: time.sleep(60)  # type: ignore[assignment]
+    Store(home)
+
+
 def test_a_creator_killed_mid_creation_leaves_a_usable_store(tmp_path):
     """A real SIGKILL while the catalog is being created: the next open works (before: every
-    command said 'not an orbitscope store ... and is not empty')."""
+    command said 'not an orbitscope store ... and is not empty'). The creator is a fork of this
+    process (a spawned interpreter would spend seconds importing torch first); it only creates
+    the store."""
     home = tmp_path / "s"
-    code = textwrap.dedent(f"""
-        import os, sys, time
-        sys.path.insert(0, {SRC!r})
-        os.link = lambda *a, **k: time.sleep(60)   # hang between building and linking the catalog
-        from orbitscope.results.store import Store
-        Store({str(home)!r})
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.time() + 60
-    while not list(home.glob(".catalog.sqlite.*.tmp")) and time.time() < deadline:
-        time.sleep(0.05)
-    assert list(home.glob(".catalog.sqlite.*.tmp")), "the creator never reached the catalog step"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc = multiprocessing.get_context("fork").Process(target=_create_hanging, args=(str(home),))
+    proc.start()
+    try:
+        deadline = time.time() + 60
+        while not list(home.glob(".catalog.sqlite.*.tmp")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert list(home.glob(".catalog.sqlite.*.tmp")), "the creator never reached the catalog step"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(30)
+    finally:
+        if proc.is_alive():  # pragma: no cover - only on test failure
+            proc.kill()
+            proc.join()
+    assert proc.exitcode == -signal.SIGKILL
     store = Store(home)  # the stale temporary catalog is recognised and removed
     assert not list(home.glob(".catalog.sqlite.*.tmp")) and (home / "catalog.sqlite").is_file()
     assert evaluate(_model(), _data(), Rotation([0]), store=store).result.n_samples == 30
@@ -204,38 +214,78 @@ def test_a_store_made_before_checksums_still_loads(tmp_path):
         assert store.damaged_chunks(rec.run_id) == {}
 
 
+SLOW_MODEL = """
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class Slow(nn.Module):
+    def __init__(self, calls):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(64, 5)
+        self.calls = calls  # a plain attribute, not state: the same model in both processes
+
+    def forward(self, x):
+        with open(self.calls, "ab") as fh:
+            fh.write(b".")
+        time.sleep(0.2)
+        return self.fc(x.flatten(1))
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return rng.random((30, 1, 8, 8), dtype=np.float32), rng.integers(0, 5, 30)
+"""
+
+
+@pytest.mark.slow  # a second process: seconds of importing torch
 def test_two_processes_evaluating_the_same_run_compute_it_once(tmp_path):
-    """Before: both computed every chunk, and a forced race reported 'UNIQUE constraint failed'."""
-    home, calls = tmp_path / "s", tmp_path / "calls"
+    """Before: both computed every chunk, and a forced race reported 'UNIQUE constraint failed'.
+    The two processes are a child and this one; the child imports first and both then start the
+    same evaluation at once (a file says go), so that they race for the run."""
+    home, calls, ready, go = tmp_path / "s", tmp_path / "calls", tmp_path / "ready", tmp_path / "go"
+    (tmp_path / "slow_model.py").write_text(SLOW_MODEL)
+    spec = importlib.util.spec_from_file_location("slow_model", tmp_path / "slow_model.py")
+    slow = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(slow)  # the module the child imports, under the same name
     code = textwrap.dedent(f"""
-        import sys, time
+        import os, sys, time
         sys.path.insert(0, {SRC!r})
-        import numpy as np, torch
-        from torch import nn
+        sys.path.insert(0, {str(tmp_path)!r})
         import orbitscope as osc
+        from slow_model import Slow, data
 
-        class Slow(nn.Module):
-            def __init__(self):
-                super().__init__()
-                torch.manual_seed(0)
-                self.fc = nn.Linear(64, 5)
-            def forward(self, x):
-                with open({str(calls)!r}, "ab") as fh:
-                    fh.write(b".")
-                time.sleep(0.2)
-                return self.fc(x.flatten(1))
-
-        rng = np.random.default_rng(0)
-        data = rng.random((30, 1, 8, 8), dtype=np.float32), rng.integers(0, 5, 30)
-        run = osc.evaluate(Slow(), data, osc.Rotation([0, 90]), store={str(home)!r}, batch_size=10)
+        open({str(ready)!r}, "w").close()
+        deadline = time.monotonic() + 600
+        while not os.path.exists({str(go)!r}):
+            if time.monotonic() > deadline:
+                sys.exit("never told to go")
+            time.sleep(0.01)
+        run = osc.evaluate(Slow({str(calls)!r}), data(), osc.Rotation([0, 90]), store={str(home)!r}, batch_size=10)
         print(run.run_id, run.reused, float(run.result.confidence.values.sum()))
     """)
     Store(home)  # created once, so both processes open the same catalog
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=240) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
-    lines = [o[0].split() for o in outs]
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not ready.exists():
+            assert proc.poll() is None, f"the child ended early: {proc.communicate()}"
+            assert time.monotonic() < deadline, "the child never got ready"
+            time.sleep(0.01)
+        go.touch()
+        run = evaluate(slow.Slow(str(calls)), slow.data(), Rotation([0, 90]), store=home, batch_size=10)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only on test failure
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-500:]
+    lines = [out.split(), [run.run_id, str(run.reused), str(float(run.result.confidence.values.sum()))]]
     assert lines[0][0] == lines[1][0] and lines[0][2] == lines[1][2]  # same run, same numbers
     assert sorted(line[1] for line in lines) == ["False", "True"]  # one computed it, the other reused it
     assert len(calls.read_bytes()) == 3  # 3 chunks, one model call each, computed once in all
