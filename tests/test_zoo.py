@@ -91,16 +91,19 @@ def test_training_defects():
 
 @pytest.fixture(scope="module")
 def tiny_db(tmp_path_factory):
+    """Four members (the interactive labelling test answers for four models, whether or not the
+    slow parallel build below has added more)."""
     home = tmp_path_factory.mktemp("zoo")
-    report = zoo.build_family(TINY, 3, store=home, workers=1)
-    assert report.built == ["tiny-000", "tiny-001", "tiny-002"] and not report.failed
+    report = zoo.build_family(TINY, 4, store=home, workers=1)
+    assert report.built == ["tiny-000", "tiny-001", "tiny-002", "tiny-003"] and not report.failed
     return home
 
 
 def test_build_records_models_matrices_metrics_and_labels(tiny_db):
     db = ModelDatabase(tiny_db)
     models = db.models()
-    assert [m.model_id for m in models] == ["tiny-000", "tiny-001", "tiny-002"] and db.families() == {"tiny": 3}
+    assert [m.model_id for m in models] == ["tiny-000", "tiny-001", "tiny-002", "tiny-003"]
+    assert db.families() == {"tiny": 4}
     for m in models:
         vm = m.load_matrices()
         assert vm.names == list(zoo.ZOO_SIGNALS) and vm.matrices.shape == (6, 5, 5)
@@ -115,12 +118,14 @@ def test_build_records_models_matrices_metrics_and_labels(tiny_db):
         assert m.provenance["relation"] == zoo.augmentation_relation(zoo.member_recipe(TINY, m.member), 2.0)
 
 
+@pytest.mark.slow  # two worker processes, each importing torch and orbitscope and loading MNIST
 def test_build_resumes_and_runs_in_parallel(tiny_db):
     before = {m.model_id: m.created for m in ModelDatabase(tiny_db).models()}
-    report = zoo.build_family(TINY, 5, store=tiny_db, workers=2)
-    assert report.skipped == ["tiny-000", "tiny-001", "tiny-002"] and sorted(report.built) == ["tiny-003", "tiny-004"]
+    report = zoo.build_family(TINY, 6, store=tiny_db, workers=2)
+    assert report.skipped == ["tiny-000", "tiny-001", "tiny-002", "tiny-003"]
+    assert sorted(report.built) == ["tiny-004", "tiny-005"]
     after = {m.model_id: m.created for m in ModelDatabase(tiny_db).models()}
-    assert all(after[k] == v for k, v in before.items()) and len(after) == 5
+    assert all(after[k] == v for k, v in before.items()) and len(after) == 6
 
 
 def test_labels_are_validated_and_replaced(tiny_db):
@@ -154,6 +159,7 @@ def test_zoo_cli_list_show_and_label(tiny_db, tmp_path):
     answers = runner.invoke(app, ["zoo", "label", "--by", "dee", "--home", str(tiny_db)], input="i\nx\nn\ns\nq\n")
     assert answers.exit_code == 0, answers.output
     assert "saved 2 label(s)" in answers.output and "please answer" in answers.output
+    assert answers.output.count("quit (q)") == 5  # five prompts: the "q" was read, at tiny-003
     got = {m.model_id: m.label("human", "dee") for m in ModelDatabase(tiny_db).models()}
     assert got.pop("tiny-000") == "invariant" and got.pop("tiny-001") == "not-invariant"
     assert set(got.values()) == {None}

@@ -35,18 +35,33 @@ def files(home) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), home) for d, _, fs in os.walk(home) for f in fs}
 
 
+def _build(tmp_path_factory, name: str, runner) -> Path:
+    home = tmp_path_factory.mktemp(f"zoo-{name}")
+    report = zoo.build_family(TINY, 2, store=home, executor=runner)
+    assert sorted(report.built) == ["tiny-000", "tiny-001"] and not report.failed, report.failed
+    return home
+
+
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory):
-    """Members 0 and 1 built in this process and in two worker processes."""
-    out = {}
-    for name, runner in (("local", LocalExecutor()), ("process", ProcessExecutor(2, threads=1))):
-        home = tmp_path_factory.mktemp(f"zoo-{name}")
-        report = zoo.build_family(TINY, 2, store=home, executor=runner)
-        assert sorted(report.built) == ["tiny-000", "tiny-001"] and not report.failed, report.failed
-        out[name] = home
-    return out
+def local_store(tmp_path_factory) -> Path:
+    """Members 0 and 1 built in this process."""
+    return _build(tmp_path_factory, "local", LocalExecutor())
 
 
+@pytest.fixture(scope="module")
+def process_store(tmp_path_factory) -> Path:
+    """Members 0 and 1 built in a worker process: one process (a spawned one costs seconds of
+    imports) on the process executor's pool, both jobs submitted at once, the results received
+    and saved by this process as they complete, exactly as with more workers."""
+    return _build(tmp_path_factory, "process", ProcessExecutor(1, threads=1))
+
+
+@pytest.fixture(scope="module")
+def stores(local_store, process_store) -> dict[str, Path]:
+    return {"local": local_store, "process": process_store}
+
+
+@pytest.mark.slow  # its fixture starts a worker process (imports torch and orbitscope, loads MNIST)
 def test_rows_labels_and_matrices_do_not_depend_on_the_executor(stores) -> None:
     local, process = (ModelDatabase(stores[k]).models() for k in ("local", "process"))
     assert [m.model_id for m in local] == [m.model_id for m in process] == ["tiny-000", "tiny-001"]
@@ -63,8 +78,8 @@ def test_rows_labels_and_matrices_do_not_depend_on_the_executor(stores) -> None:
     assert files(stores["local"]) == files(stores["process"])
 
 
-def test_a_worker_writes_nothing_and_the_driver_saves_its_files(stores, tmp_path) -> None:
-    source = ModelDatabase(stores["local"]).get("tiny-001")
+def test_a_worker_writes_nothing_and_the_driver_saves_its_files(local_store, tmp_path) -> None:
+    source = ModelDatabase(local_store).get("tiny-001")
     home = tmp_path / "store"
     cache = home / "models" / "zoo" / "tiny" / os.path.basename(source.weights)
     cache.parent.mkdir(parents=True)
@@ -87,8 +102,9 @@ def test_a_worker_writes_nothing_and_the_driver_saves_its_files(stores, tmp_path
     assert not [p for p in cache.parent.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_build_member_still_saves_for_direct_callers(stores, tmp_path) -> None:
-    source = ModelDatabase(stores["process"]).get("tiny-000")
+@pytest.mark.slow  # the weights a worker process trained (the process_store fixture)
+def test_build_member_still_saves_for_direct_callers(process_store, tmp_path) -> None:
+    source = ModelDatabase(process_store).get("tiny-000")
     home = tmp_path / "direct"
     cache = home / "models" / "zoo" / "tiny" / os.path.basename(source.weights)
     cache.parent.mkdir(parents=True)

