@@ -15,7 +15,6 @@ shipped file is simply not found until the models are rebuilt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,6 +22,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from ..trust import file_digest as file_sha256  # SHA-256 of a file's bytes, as hex
 
 __all__ = ["SHIPPED_WEIGHTS", "MANIFEST", "read_manifest", "file_sha256", "cache_ready", "ship_files"]
 
@@ -32,15 +33,6 @@ logger = logging.getLogger(__name__)
 SHIPPED_WEIGHTS = Path(__file__).with_name("weights")
 #: its manifest: ``{"files": {name: {"sha256": hex, "bytes": n}}, "command": how they were made}``
 MANIFEST = SHIPPED_WEIGHTS / "manifest.json"
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes, as hex."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_manifest(folder: Path = SHIPPED_WEIGHTS) -> dict[str, dict[str, Any]]:
