@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from ..engine.evaluation import Run
 from ..engine.executors import Executor, LocalExecutor, ProcessExecutor
+from .shipped import cache_ready
 
 __all__ = ["CaseResult", "train_missing"]
 
@@ -25,11 +26,14 @@ class CaseResult:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def train_missing(missing: Sequence[Any], job: Callable[[Any, str], str], cache: Path, what: str,
-                  say: Callable[[str], None]) -> float:
-    """Train the recipes in ``missing`` into ``cache`` by ``job(recipe, cache_dir) -> name`` (a
-    module-level function, so that worker processes can run it), two at a time in separate
-    processes with one torch thread each when there are several; returns the seconds spent."""
+def train_missing(recipes: Sequence[Any], job: Callable[[Any, str], str], cache_file: Callable[[Any, Path], Path],
+                  cache: Path, what: str, say: Callable[[str], None], *, shipped: bool = True) -> float:
+    """Train the ``recipes`` whose model file ``cache_file(recipe, cache)`` is missing (copied from
+    the shipped weights instead when ``shipped``: :func:`~orbitscope.demos.shipped.cache_ready`),
+    in the order given, by ``job(recipe, cache_dir) -> name`` (a module-level function, so that
+    worker processes can run it), two at a time in separate processes with one torch thread each
+    when there are several; returns the seconds spent."""
+    missing = [r for r in recipes if not cache_ready(cache_file(r, cache), shipped=shipped)]
     if not missing:
         return 0.0
     t0 = time.perf_counter()

@@ -38,7 +38,6 @@ from ..training.detection import DetectorRecipe, cached_detector, detection_trai
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
-from .shipped import cache_ready
 
 __all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows"]
 
@@ -98,8 +97,8 @@ def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -
 
 def train_detectors(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
     """Train the demo's detectors that are neither cached in ``cache`` nor shipped; seconds spent."""
-    missing = [r for r in DETECTORS.values() if not cache_ready(detector_cache_path(r, cache), shipped=shipped)]
-    return train_missing(missing, _train_one, cache, "detector", say)
+    return train_missing(list(DETECTORS.values()), _train_one, detector_cache_path, cache, "detector", say,
+                         shipped=shipped)
 
 
 def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/detection", *,

@@ -40,7 +40,6 @@ from ..results.tables import write_csv
 from ..tasks import Classification
 from ..training.recipes import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
 from .common import train_missing
-from .shipped import cache_ready
 
 __all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo", "train_classifiers"]
 
@@ -121,11 +120,10 @@ def train_classifiers(recipes: list[TrainRecipe], cache_dir: Path, say: Callable
                       shipped: bool = True) -> float:
     """Train the recipes whose models are neither cached in ``cache_dir`` nor shipped (with
     ``shipped``: :func:`~orbitscope.demos.shipped.cache_ready`); returns the seconds spent."""
-    missing = [r for r in recipes if not cache_ready(cache_path(r, cache_dir), shipped=shipped)]
     # costliest first, so the two workers finish close together (each model trains alone in its
     # own process with its own seeds, so the order changes no result)
-    missing.sort(key=_training_cost, reverse=True)
-    return train_missing(missing, _train_one, cache_dir, "model", say)
+    ordered = sorted(recipes, key=_training_cost, reverse=True)
+    return train_missing(ordered, _train_one, cache_path, cache_dir, "model", say, shipped=shipped)
 
 
 def run_demo(

@@ -37,7 +37,6 @@ from ..training.flow import FlowRecipe, cached_flow_model, flow_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
-from .shipped import cache_ready
 
 __all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "train_flow_models", "real_pairs", "element_rows"]
 
@@ -145,8 +144,8 @@ def _per_flow_type(results: list[Any], names: list[str], flow_types: np.ndarray,
 
 def train_flow_models(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
     """Train the demo's flow models that are neither cached in ``cache`` nor shipped; seconds spent."""
-    missing = [r for r in FLOW_RECIPES.values() if not cache_ready(flow_cache_path(r, cache), shipped=shipped)]
-    return train_missing(missing, _train_one, cache, "flow model", say)
+    return train_missing(list(FLOW_RECIPES.values()), _train_one, flow_cache_path, cache, "flow model", say,
+                         shipped=shipped)
 
 
 def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/piv", *,

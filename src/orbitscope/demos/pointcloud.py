@@ -39,7 +39,6 @@ from ..training.pointcloud import PointCloudRecipe, cached_point_model, point_ca
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, train_missing
-from .shipped import cache_ready
 
 __all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "run_pointcloud_demo", "train_point_models", "rotation_rows"]
 
@@ -114,9 +113,8 @@ def rotation_rows(runs: list[Run], names: list[str], orbit: Any) -> list[dict[st
 def train_point_models(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
     """Train the demo's point-cloud models that are neither cached in ``cache`` nor shipped;
     seconds spent."""
-    missing = [POINT_RECIPES[n] for n in TRAINING_ORDER
-               if not cache_ready(point_cache_path(POINT_RECIPES[n], cache), shipped=shipped)]
-    return train_missing(missing, _train_one, cache, "point-cloud model", say)
+    return train_missing([POINT_RECIPES[n] for n in TRAINING_ORDER], _train_one, point_cache_path, cache,
+                         "point-cloud model", say, shipped=shipped)
 
 
 def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/pointcloud", *,
