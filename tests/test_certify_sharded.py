@@ -2,19 +2,12 @@
 
 The model is a small registered CNN with its biases zeroed, so that its predictions change under
 Gaussian noise: the runs have robust, not-robust, undecided and (label mode) skipped inputs.
-
-Every spawned worker process spends seconds importing torch, so the shard tests share one pool of
-two spawned processes (:func:`processes`); the real :class:`ProcessExecutor` (a pool per call,
-the context sent once per worker) runs end to end in the CLI test.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import multiprocessing
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 import pytest
@@ -25,7 +18,7 @@ from typer.testing import CliRunner
 
 from orbitscope.cli import app
 from orbitscope.data.specs import parse_data_spec
-from orbitscope.engine.executors import Executor, LocalExecutor
+from orbitscope.engine.executors import Executor, LocalExecutor, ProcessExecutor
 from orbitscope.engine.shipping import DataRef, ModelRef
 from orbitscope.errors import DataError, JobError, ModelError
 from orbitscope.models.loading import save_model
@@ -70,39 +63,6 @@ def arrays(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.where(torch.arange(N) % 3 == 0, y, pred)
 
 
-class SharedProcesses(Executor):
-    """Shards on a pool of spawned worker processes shared by this module's tests: what
-    :class:`ProcessExecutor` does (jobs and the pickled context run in other processes at this
-    process's torch thread count, results yielded as they complete), without paying the workers'
-    start-up for every certification. The context travels with each job instead of once per worker."""
-
-    name = "shared-processes"
-
-    def __init__(self, pool: ProcessPoolExecutor) -> None:
-        self.pool = pool
-
-    def map(self, fn, jobs, context=None):
-        futures = {self.pool.submit(fn, job, context): job for job in jobs}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:
-            for future in futures:
-                future.cancel()
-
-
-@pytest.fixture(scope="module")
-def processes() -> Iterator[SharedProcesses]:
-    """Two spawned worker processes (as ProcessExecutor(2) starts them), at this process's torch
-    thread count (as ProcessExecutor sets it: results are compared bit for bit)."""
-    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=torch.set_num_threads,
-                               initargs=(torch.get_num_threads(),))
-    try:
-        yield SharedProcesses(pool)
-    finally:
-        pool.shutdown(cancel_futures=True)
-
-
 def assert_same(a: CertificationResult, b: CertificationResult) -> None:
     for name in PER_INPUT_FIELDS:
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
@@ -121,14 +81,14 @@ def assert_same(a: CertificationResult, b: CertificationResult) -> None:
 
 
 @pytest.mark.parametrize("label_free", [False, True], ids=["labels", "label-free"])
-@pytest.mark.parametrize("kind", ["local", pytest.param("process", marks=pytest.mark.slow)])  # spawns the pool
-def test_sharded_equals_local(model, arrays, kind: str, label_free: bool, request) -> None:
+@pytest.mark.parametrize("kind", ["local", pytest.param("process", marks=pytest.mark.slow)])  # spawns 2 workers
+def test_sharded_equals_local(model, arrays, kind: str, label_free: bool) -> None:
     opts = dict(OPTIONS, label_free=label_free, return_counterexamples=kind == "local")
     local = certify(model, arrays, SAMPLER, **opts)
     outcomes = set(local.outcome.tolist())
     assert outcomes == {-1, 0, 1}, outcomes  # every verdict occurs, so the comparison means something
     assert bool(local.skipped.any()) != label_free
-    runner = LocalExecutor() if kind == "local" else request.getfixturevalue("processes")
+    runner = LocalExecutor() if kind == "local" else ProcessExecutor(2)
     calls: list[tuple[int, int | None]] = []
     split = certify(model, arrays, SAMPLER, executor=runner, shard_size=SHARD, progress=lambda d, n: calls.append((d, n)),
                     **opts)
