@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -q -e '.[test]'
 	# optional TorchAttacks adapter + PGD baseline; --no-deps: its declared deps would pull a CUDA torch
 	$(BIN)/python -m pip install -q --no-deps torchattacks==3.5.1
+	# real pretrained detectors that ship inside PyPI packages: MTCNN's P/R/O-Net weights (facenet-pytorch,
+	# MIT) and PaddleOCR's PP-OCRv4 text detector and orientation classifier as ONNX (rapidocr-onnxruntime,
+	# Apache-2.0); --no-deps: facenet-pytorch pins torch<2.3 and numpy<2, which do not fit ours
+	$(BIN)/python -m pip install -q --no-deps facenet-pytorch==2.6.0 rapidocr-onnxruntime==1.4.4
 	touch $(STAMP)
 
 venv: $(STAMP)
