@@ -153,6 +153,25 @@ def test_paired_t_zero_variance_edge_cases():
     assert t[1] == 0.0 or np.isnan(t[1])  # no difference: not ±inf
 
 
+def test_orbit_mean_test_is_scipys_paired_t_on_the_samples_orbit_means():
+    """The whole-orbit test: scipy's ttest_rel on each sample's mean over its defined elements;
+    a sample with no defined value for either model is left out."""
+    rng = np.random.default_rng(11)
+    n, k = 40, 12
+    a = correlated_orbit(n, np.linspace(0.3, 0.9, k), rho=0.8, binary=True, rng=rng)
+    b = correlated_orbit(n, np.linspace(0.5, 0.7, k), rho=0.8, binary=True, rng=rng)
+    a[3, :5] = np.nan
+    b[9, :] = np.nan  # no value for B: sample 9 is left out
+    diff, p = paired.orbit_mean_test(a, b)
+    keep = np.arange(n) != 9
+    ma, mb = np.nanmean(a[keep], axis=1), np.nanmean(b[keep], axis=1)
+    ref = stats.ttest_rel(ma, mb)
+    assert diff == pytest.approx(float(np.mean(ma - mb)), rel=1e-12)
+    assert p == pytest.approx(float(ref.pvalue), rel=1e-9)
+    assert paired.orbit_mean_test(a, a) == (0.0, 1.0)  # no difference at all
+    assert all(math.isnan(x) for x in paired.orbit_mean_test(a[:, :0], b[:, :0]))  # no elements
+
+
 def test_clopper_pearson_matches_statsmodels():
     """The binary band's per-element interval (the exact binomial interval)."""
     n = np.array([0, 1, 10, 10, 10, 200, 200, 200, 37])

@@ -103,8 +103,31 @@ def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "ele
     for col in cols:
         table.add_column(col.replace("consensus_", "c.").replace("conf_iou", "conf×IoU"), overflow="fold")
     for row in rows:
-        table.add_row(*[f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in cols])
+        table.add_row(*[_cell(c, row[c]) for c in cols])
     console.print(table)
+
+
+def _cell(column: str, value: Any) -> str:
+    """A table cell: p-values (columns ending in `` p``) as :func:`~orbitscope.stats.invariance.format_p`
+    writes them without the ``p``, other floats to 3 decimals."""
+    from ..stats.invariance import format_p
+
+    if isinstance(value, float) and column.endswith(" p"):
+        return format_p(value).removeprefix("p ")
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _print_contrasts(rows: list[dict[str, Any]]) -> None:
+    """The headline contrasts of :func:`orbitscope.demos.common.contrast_rows`, two lines each."""
+    from ..stats.invariance import format_p
+
+    for row in rows:
+        inv = [format_p(v) if isinstance(v, float) else f"n/a ({v})" for v in (row["a invariance p"], row["b invariance p"])]
+        console.print(f"  {row['a']} vs {row['b']}, {row['metric']}: orbit means {row['a orbit mean']:.4f} vs "
+                      f"{row['b orbit mean']:.4f} (paired t over {row['samples']} samples, "
+                      f"{format_p(row['orbit-mean paired t p'])}); invariance: {row['a']} {inv[0]}, {row['b']} {inv[1]}",
+                      highlight=False)
+        console.print(f"    {row['verdict']}", highlight=False)
 
 
 def _print_summary(results: list[Any]) -> None:
@@ -373,24 +396,20 @@ def demo(
     for case, runs in result.runs.items():
         console.rule(case)
         _print_summary([r.result for r in runs])
-        for row in result.comparisons.get(case, []):
-            if row["metric"] == "correct":
-                console.print(f"  {row['verdict']}", highlight=False)
+        _print_contrasts([row for row in result.comparisons.get(case, []) if row["metric"] == "correct"])
         for row in result.checks.get(case, []):
             console.print(f"  gate ({'pass' if row['passed'] else 'FAIL'}) {row['model']}: {row['reason']}",
                           highlight=False)
-    if detection:
-        for part, rows in det.summaries.items():
-            console.rule(f"detection: {part}")
-            _print_rows(rows)
-    if piv:
-        for part, rows in flow_demo.summaries.items():
-            console.rule(f"PIV: {part} (EPE, px)")
-            _print_rows(rows)
-    if pointcloud:
-        for part, rows in cloud_demo.summaries.items():
-            console.rule(f"point clouds: {part} (accuracy, true-class confidence)")
-            _print_rows(rows)
+    for done, case, what, summaries in ((detection, "detection", "", lambda: det.summaries),
+                                        (piv, "PIV", " (EPE, px)", lambda: flow_demo.summaries),
+                                        (pointcloud, "point clouds", " (accuracy, true-class confidence)",
+                                         lambda: cloud_demo.summaries)):
+        for part, rows in (summaries().items() if done else ()):
+            console.rule(f"{case}: {part}{'' if part.endswith('contrast') else what}")
+            if part.endswith("contrast"):
+                _print_contrasts(rows)
+            else:
+                _print_rows(rows)
     if result.ml4ml is not None:
         console.rule(f"ML4ML assessors vs formula baselines ({result.ml4ml.n_models}-model study)")
         console.print(result.ml4ml.cv_table, highlight=False, soft_wrap=True)

@@ -37,7 +37,7 @@ from ..tasks.detection import Detection
 from ..training.detection import DetectorRecipe, cached_detector, detection_training_data, detector_cache_path
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
-from .common import CaseResult, train_missing
+from .common import CaseResult, contrast_rows, train_missing, with_invariance
 
 __all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows"]
 
@@ -47,6 +47,9 @@ DETECTORS: dict[str, DetectorRecipe] = {
     "centre-detector-jitter100": DetectorRecipe(name="centre-detector-jitter100", jitter=1.0),
 }
 SCENE_ORBIT = "window-shift:-32:28:4"
+#: held-out scenes (test digits, another seed than training): about 590 key objects, of which the
+#: demo takes the first ``n_objects``
+TEST_SCENES = 2400
 PEOPLE_ORBIT, PEOPLE_VIEW = "window-shift:-30:30:6", 192
 FACES_ORBIT, FACES_VIEW = "window-shift:-16:14:2", 128
 
@@ -102,7 +105,7 @@ def train_detectors(cache: Path, say: Callable[[str], None], *, shipped: bool = 
 
 
 def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/detection", *,
-                       n_objects: int = 48, photos: bool = True, status: Callable[[str], None] | None = None,
+                       n_objects: int = 500, photos: bool = True, status: Callable[[str], None] | None = None,
                        progress: Callable[[int, int | None], None] | None = None,
                        shipped: bool = True) -> DetectionDemo:
     """Run the detection demo (see the module docstring); models are cached in the store (taken
@@ -117,8 +120,10 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     demo.seconds["training"] = train_detectors(cache, say, shipped=shipped)
 
     recipe = next(iter(DETECTORS.values()))
-    test = detection_training_data(DetectorRecipe(scenes=400, seed=1, view=recipe.view, max_shift=recipe.max_shift),
-                                   split="test")
+    test = detection_training_data(DetectorRecipe(scenes=TEST_SCENES, seed=1, view=recipe.view,
+                                                  max_shift=recipe.max_shift), split="test")
+    if len(test) < n_objects:
+        say(f"the {TEST_SCENES} held-out scenes hold {len(test)} key objects, fewer than the {n_objects} asked for")
     test = test.subset(range(min(n_objects, len(test))))
     orbit = parse_orbit(SCENE_ORBIT)
     runs, names = [], list(DETECTORS)
@@ -131,8 +136,10 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
                              progress=progress))
         demo.seconds[f"evaluate {name}"] = time.perf_counter() - t0
     demo.runs["scenes"] = runs
-    demo.files.update(_write_scene_outputs(runs, names, out / "scenes"))
-    demo.summaries["scenes"] = headline_rows(runs, names)
+    demo.summaries["scenes"] = with_invariance(headline_rows(runs, names), runs, "conf_iou")
+    demo.summaries["scenes contrast"] = contrast_rows(runs, names, [(names[0], names[1])], ("conf_iou",))
+    demo.files.update(_write_scene_outputs(runs, names, out / "scenes", demo.summaries["scenes"],
+                                           demo.summaries["scenes contrast"]))
 
     if photos and not opencv_examples_available():
         demo.skipped["photos"] = ("OpenCV's example photos are missing: install Debian's opencv-doc "
@@ -143,7 +150,8 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     return demo
 
 
-def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path) -> dict[str, Path]:
+def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summary: list[dict[str, Any]],
+                         contrast: list[dict[str, Any]]) -> dict[str, Path]:
     results = [r.result for r in runs]
     files = {
         "detection conf×IoU heatmaps": save_figure(nero_plot(results, "conf_iou", labels=names),
@@ -154,7 +162,8 @@ def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path) -> dic
                                                           labels=names), folder / "nero_conf_iou_sample0.png"),
     }
     files["detection AP heatmaps"] = save_figure(_dataset_heatmaps(results, names, "ap50"), folder / "nero_ap50_heatmap.png")
-    files["detection summary"] = write_csv(headline_rows(runs, names), folder / "summary.csv")
+    files["detection summary"] = write_csv(summary, folder / "summary.csv")
+    files["detection contrast"] = write_csv(contrast, folder / "contrast.csv")
     files["detection report"] = write_report(results, folder / "report.html", labels=names,
                                              title="orbitscope demo: detection, window shifts (0 % vs 100 % jitter)")
     return files

@@ -39,7 +39,7 @@ from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks import Classification
 from ..training.recipes import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
-from .common import train_missing
+from .common import contrast_rows, train_missing
 
 __all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo", "train_classifiers"]
 
@@ -200,22 +200,16 @@ GATE_MAX_DROP = 0.05
 
 
 def whole_orbit_rows(case: DemoCase, runs: list[Run], *, alpha: float = 0.05) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Whole-orbit statistics of one dataset's runs: the paired comparison (exact McNemar per
-    angle for accuracy, paired t for confidence; Holm across the 73 angles) of the headline pair
-    and of every further pair, and the release gate (:func:`orbitscope.stats.check_result`,
+    """Whole-orbit statistics of one dataset's runs: the paired comparison
+    (:func:`~orbitscope.demos.common.contrast_rows`: exact McNemar per angle for accuracy, paired
+    t for confidence, Holm across the 73 angles; the paired t-test of the orbit means; each
+    model's test of invariance) of the headline pair and of every further pair, and the release gate (:func:`orbitscope.stats.check_result`,
     accuracy drop from 0° at most :data:`GATE_MAX_DROP`, family-wise ``alpha``) per model."""
-    from ..stats import check_result, compare_models
+    from ..stats import check_result
 
     names = list(case.models)
     results = [r.result for r in runs]
-    comparisons = []
-    for a, b in (tuple(names[:2]), *case.pairs):
-        ra, rb = results[names.index(a)], results[names.index(b)]
-        for metric in ("correct", "confidence"):
-            c = compare_models(ra, rb, metric, alpha=alpha, names=(a, b))
-            comparisons.append({"a": a, "b": b, "metric": metric, "a worse at": int(c.worse.sum()),
-                                "a better at": int(c.better.sum()), "elements": c.n_elements,
-                                "verdict": c.verdict()})
+    comparisons = contrast_rows(runs, names, [tuple(names[:2]), *case.pairs], ("correct", "confidence"), alpha=alpha)
     checks = []
     for name, res in zip(names, results):
         gate = check_result(res, max_drop=GATE_MAX_DROP, alpha=alpha, name=name).checks[0]

@@ -2,7 +2,7 @@
 
 Two parts, written to ``<out>/`` (mosaic PNGs, ``summary.csv``, ``report.html``):
 
-1. **Synthetic particle pairs with exact ground truth** (48 held-out 64 × 64 pairs, six of each
+1. **Synthetic particle pairs with exact ground truth** (200 held-out 64 × 64 pairs, 25 of each
    of the eight flow types of :mod:`orbitscope.data.piv`), over NERO's 16 elements: OpenCV's
    Farnebäck with NERO's parameters, and our :class:`~orbitscope.models.FlowCNN` trained by
    :class:`~orbitscope.training.flow.FlowRecipe` plainly, with random D4 × time-reversal
@@ -36,7 +36,7 @@ from ..tasks.flow import Flow
 from ..training.flow import FlowRecipe, cached_flow_model, flow_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
-from .common import CaseResult, train_missing
+from .common import CaseResult, contrast_rows, train_missing, with_invariance
 
 __all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "train_flow_models", "real_pairs", "element_rows"]
 
@@ -46,8 +46,11 @@ FLOW_RECIPES: dict[str, FlowRecipe] = {
     "flow-cnn-d4xt": FlowRecipe(name="flow-cnn-d4xt", augment="d4xt"),
 }
 #: held-out synthetic pairs (another seed than the recipes' training pairs)
-TEST_DATA = "piv-synthetic:n=48,size=64,seed=1"
+TEST_DATA = "piv-synthetic:n=200,size=64,seed=1"
 REAL_SIZE = 128
+#: the headline contrasts (A, B) on the synthetic pairs: learned vs classical (NERO's ordering),
+#: augmented vs plain (does training on the group's orbit flatten it?), symmetrised vs plain
+CONTRASTS = (("flow-cnn", "farneback"), ("flow-cnn-d4xt", "flow-cnn"), ("flow-cnn-symmetrized", "flow-cnn"))
 
 
 #: the PIV demo's result (runs, summaries and files per part)
@@ -176,7 +179,8 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
                              model_name=name, optimize=name != "farneback", progress=progress))
         demo.seconds[f"evaluate {name}"] = time.perf_counter() - t0
     demo.runs["synthetic"] = runs
-    demo.summaries["synthetic"] = element_rows(runs, names)
+    demo.summaries["synthetic"] = with_invariance(element_rows(runs, names), runs, "epe")
+    demo.summaries["synthetic contrast"] = contrast_rows(runs, names, CONTRASTS, ("epe",))
     results = [r.result for r in runs]
     folder = out / "synthetic"
     demo.files.update({
@@ -185,6 +189,7 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
         "piv consensus mosaic": save_figure(nero_plot(results, "consensus_epe", labels=names),
                                             folder / "nero_consensus_epe_mosaic.png"),
         "piv summary": write_csv(demo.summaries["synthetic"], folder / "summary.csv"),
+        "piv contrast": write_csv(demo.summaries["synthetic contrast"], folder / "contrast.csv"),
         "piv per flow type": _per_flow_type(results, names, sample_groups(results[0])["flow_type"],
                                             folder / "by_flow_type"),
         "piv report": write_report(results, folder / "report.html", labels=names,

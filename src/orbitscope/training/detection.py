@@ -10,7 +10,8 @@ every object at the centre. The boxes move with the view and are clipped to it.
 Loss (CenterNet): penalty-reduced focal loss (α = 2, β = 4) on Gaussian centre heatmaps (σ from
 the box size: σ = max(w, h) / 6 in cells, at least 0.5, a simplification of CornerNet's radius rule)
 plus L1 on the centre offsets and log sizes at the centre cells. Adam, seeded shuffling and
-augmentation (:func:`~orbitscope.training.recipes.derive_seed`), one thread-independent CPU run.
+augmentation (:func:`~orbitscope.training.recipes.derive_seed`), one thread-independent CPU run;
+the learning rate constant or (``schedule="cosine"``, the default) decaying to 0 along a cosine.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch import Tensor, nn
 from ..data.coco import DetectionSet, key_object_contexts
 from ..data.scenes import digit_scenes
 from ..models.centre_detector import STRIDE, CentreDetector
-from .recipes import derive_seed, load_or_train
+from .recipes import cosine_lr, derive_seed, load_or_train
 
 __all__ = ["DetectorRecipe", "detection_training_data", "train_detector", "cached_detector", "detector_cache_path", "jitter_offsets",
            "centre_targets", "detector_loss"]
@@ -50,9 +51,12 @@ class DetectorRecipe:
     batch_size: int = 32
     lr: float = 2e-3
     width: int = 32
+    schedule: str = "cosine"
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine' (decay to 0 over the steps), got {self.schedule!r}")
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError(f"jitter is a fraction in [0, 1] (1 = NERO's 100 %), got {self.jitter}")
         if self.view % STRIDE or self.max_shift < 0:
@@ -163,6 +167,8 @@ def train_detector(recipe: DetectorRecipe, progress: ProgressFn | None = None) -
             idx = order[s:s + recipe.batch_size]
             offsets = jitter_offsets(len(idx), recipe.jitter, recipe.view, recipe.max_shift, jitter)
             x, boxes, labels = _views(data, idx, offsets, recipe.view, recipe.max_shift)
+            if recipe.schedule == "cosine":
+                cosine_lr(opt, recipe.lr, steps, total)
             loss = detector_loss(model, x, centre_targets(boxes, labels, 10, recipe.view))
             opt.zero_grad()
             loss.backward()

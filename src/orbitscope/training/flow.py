@@ -8,7 +8,8 @@ every batch, one of NERO's 16 elements of D4 × time reversal uniformly and appl
 mirrored, negated under time reversal) through the same actions the evaluation uses, so the
 model sees the group's orbit; ``augment="none"`` trains on the pairs as they are. Loss: the mean
 endpoint error over the pixels with ground truth (NaN pixels and unlabelled pairs are skipped;
-robust to the heavy tails of turbulent fields). Adam, fixed epochs.
+robust to the heavy tails of turbulent fields). Adam, fixed epochs, the learning rate constant
+or (``schedule="cosine"``, the default) decaying to 0 along a cosine over the steps.
 
 Models are cached by :func:`cached_flow_model` under ``<cache>/<name>-<key>.safetensors`` (the key
 hashes the recipe), like the classification and detection recipes.
@@ -30,7 +31,7 @@ from torch import nn
 from ..group.parse import parse_orbit
 from ..kinds.base import get_kind
 from ..models.flow_cnn import FlowCNN
-from .recipes import derive_seed, load_or_train
+from .recipes import cosine_lr, derive_seed, load_or_train
 
 __all__ = ["FlowRecipe", "train_flow_model", "cached_flow_model", "flow_cache_path", "augment_pairs"]
 
@@ -48,9 +49,12 @@ class FlowRecipe:
     batch_size: int = 16
     lr: float = 2e-3
     width: int = 16
+    schedule: str = "cosine"
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine' (decay to 0 over the steps), got {self.schedule!r}")
         if self.augment not in ("none", "d4xt"):
             raise ValueError(f"augment must be 'none' or 'd4xt' (NERO's 16 elements), got {self.augment!r}")
         if self.epochs < 1 or self.batch_size < 1:
@@ -102,6 +106,8 @@ def train_flow_model(recipe: FlowRecipe, progress: ProgressFn | None = None) -> 
             known = torch.isfinite(flow).all(1)  # pixels without ground truth (NaN) do not train
             if not bool(known.any()):
                 continue
+            if recipe.schedule == "cosine":
+                cosine_lr(opt, recipe.lr, len(losses), total)
             pred = model(frames)
             # unknown pixels get the prediction itself as target: zero error and zero gradient there
             err = (pred - torch.where(torch.isfinite(flow), flow, pred.detach())).norm(dim=1)

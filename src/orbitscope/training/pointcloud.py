@@ -60,7 +60,7 @@ from ..errors import DataError
 from ..group.elements import quaternion_to_matrix
 from ..group.so3 import shoemake_quaternions
 from ..models.point_nets import DGCNN, DistanceNet, PointNet, farthest_point_indices
-from .recipes import derive_seed, load_or_train
+from .recipes import cosine_lr, derive_seed, load_or_train
 
 __all__ = ["ARCHS", "POINT_AUGMENTATIONS", "DEFAULT_EPOCHS", "DEFAULT_POINTS", "FPS_VARIANTS", "PointCloudRecipe",
            "train_point_model", "point_cache_path", "cached_point_model", "point_recipes",
@@ -260,11 +260,6 @@ def build_point_model(recipe: PointCloudRecipe, classes: int) -> nn.Module:
     return DistanceNet(classes, bins=recipe.bins, pairs=recipe.pairs)
 
 
-def _cosine(opt: torch.optim.Optimizer, lr: float, step: int, total: int) -> None:
-    for group in opt.param_groups:
-        group["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * step / max(total, 1)))
-
-
 def _batches(n: int, batch_size: int, generator: torch.Generator) -> list[Tensor]:
     order = torch.randperm(n, generator=generator)
     out = [order[s:s + batch_size] for s in range(0, n, batch_size)]
@@ -323,7 +318,7 @@ def train_point_model(recipe: PointCloudRecipe, progress: ProgressFn | None = No
         model.train()
         for _ in range(int(recipe.epochs)):
             for idx in _batches(len(clouds), recipe.batch_size, shuffle):
-                _cosine(opt, recipe.lr, len(losses), total)
+                cosine_lr(opt, recipe.lr, len(losses), total)
                 if invariant is not None and feats is not None:
                     logits = invariant.classify(feats[idx])
                 else:

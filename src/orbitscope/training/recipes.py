@@ -85,6 +85,7 @@ from ..models.reference import default_config, model_device, model_hash
 from ..models.registry import build_model
 
 __all__ = [
+    "cosine_lr",
     "AUGMENTATIONS",
     "sample_offsets",
     "augment_batch",
@@ -299,6 +300,13 @@ EXTRA_RECIPES: dict[str, TrainRecipe] = {
 def all_recipes() -> dict[str, TrainRecipe]:
     """:data:`RECIPES` and :data:`EXTRA_RECIPES` together, by name."""
     return {**RECIPES, **EXTRA_RECIPES}
+
+
+def cosine_lr(opt: torch.optim.Optimizer, lr: float, step: int, total: int) -> None:
+    """Set every parameter group's learning rate to the cosine decay from ``lr`` at step 0 to 0 at
+    step ``total`` (Loshchilov & Hutter 2017, SGDR, without restarts)."""
+    for group in opt.param_groups:
+        group["lr"] = 0.5 * lr * (1.0 + math.cos(math.pi * step / max(total, 1)))
 
 
 def derive_seed(seed: int, purpose: str) -> int:
