@@ -3,6 +3,7 @@ COCO-format detection data, PIV pairs (synthetic and from folders, Middlebury .f
 
 from .coco import DetectionSet, key_object_contexts, read_coco, write_coco
 from .scenes import digit_scenes
+from .text_scenes import text_contexts, text_lines
 from .piv import (
     FLOW_TYPES,
     FlowField,
@@ -40,3 +41,4 @@ from .meshes import MESH_CLASSES, MeshClouds, mesh_clouds
 from .modelnet import ModelNetFolder, modelnet_folder, read_off
 
 __all__ += ["MESH_CLASSES", "MeshClouds", "mesh_clouds", "ModelNetFolder", "modelnet_folder", "read_off"]
+__all__ += ["text_contexts", "text_lines"]

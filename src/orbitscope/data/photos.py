@@ -73,7 +73,7 @@ def _source_image(source: str) -> np.ndarray:
         import skimage.data
 
         img = getattr(skimage.data, source.split(":", 1)[1])()
-        return np.ascontiguousarray(img[..., :3])
+        return np.ascontiguousarray(np.repeat(img[..., None], 3, -1) if img.ndim == 2 else img[..., :3])
     cv2 = _cv2()
     name, _, frame = source.partition("#")
     path = OPENCV_EXAMPLES / name

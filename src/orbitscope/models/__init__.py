@@ -7,6 +7,7 @@ from .flow_estimators import DIS, Farneback, HornSchunck, OpenPIV  # cv2, openpi
 from .nero_cnn import NeroCNN
 from .onnx_model import OnnxModel  # onnxruntime imported when one is built
 from .point_nets import DGCNN, DistanceNet, PointNet
+from .ppocr import PPOCROrientation, PPOCRTextDetector  # onnxruntime, cv2 and the ONNX files needed when one is built
 from .reference import (
     ReferenceCNN,
     SmallCNN,
@@ -26,3 +27,4 @@ __all__ = ["ARCHITECTURES", "CentreDetector", "FlowCNN", "P4CNN", "Symmetrized",
            "fold_batchnorm", "optimize_for_inference", "model_hash", "set_eval_mode", "eval_mode", "model_device",
            "TORCHVISION_DETECTORS", "torchvision_detector", "Farneback", "DIS", "HornSchunck", "OpenPIV",
            "PointNet", "DGCNN", "DistanceNet", "VGGBN", "SmallResNet", "OnnxModel"]
+__all__ += ["PPOCRTextDetector", "PPOCROrientation"]
