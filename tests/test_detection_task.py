@@ -204,3 +204,75 @@ def test_an_equivariant_detector_gives_iou_one_wherever_the_object_is_in_view(tm
         warnings.simplefilter("ignore", RuntimeWarning)  # elements where no sample's object is in view
         conf, iou_mean = res.confidence.values.mean(0), np.nanmean(np.where(seen, iou, np.nan), 0)
         np.testing.assert_allclose(metrics["nero_conf_iou"].values[any_seen], (conf * iou_mean)[any_seen], rtol=1e-6)
+
+
+def _plain_iou(a, b):
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def _key_object_ap_plain(gts, dets, threshold: float) -> float:
+    """AP at one IoU threshold with box 0 as the only ground truth and the other boxes ignored
+    regions, by plain loops: per image in score order, the first same-class detection with IoU ≥ t
+    with the key box is its true positive; a detection not matched to it with IoU ≥ t with another
+    box of its class is ignored; the rest are false positives. Then COCO's 101-point AP per class
+    over the key objects' classes."""
+    records, n_gt = [], {}
+    for (gb, gl), (db, dl, ds) in zip(gts, dets):
+        if len(gb):
+            n_gt[int(gl[0])] = n_gt.get(int(gl[0]), 0) + 1
+        order = np.argsort(-ds, kind="stable")
+        used = False
+        for b, lab, s in zip(db[order], dl[order], ds[order]):
+            if len(gb) and not used and lab == gl[0] and _plain_iou(b, gb[0]) >= threshold:
+                used = True
+                records.append((s, int(lab), 1.0, 0.0))
+            elif any(lab == gl[j] and _plain_iou(b, gb[j]) >= threshold for j in range(1, len(gb))):
+                records.append(None)  # ignored: neither a true nor a false positive
+            else:
+                records.append((s, int(lab), 0.0, 1.0))
+    aps = []
+    for c, total in sorted(n_gt.items()):
+        rows = sorted([r for r in records if r is not None and r[1] == c], key=lambda r: -r[0])
+        tp = np.cumsum([r[2] for r in rows])
+        fp = np.cumsum([r[3] for r in rows])
+        recall = tp / total
+        precision = tp / np.maximum(tp + fp, np.finfo(float).eps)
+        precision = np.maximum.accumulate(precision[::-1])[::-1] if len(rows) else precision
+        q = []
+        for level in np.linspace(0, 1, 101):
+            idx = int(np.searchsorted(recall, level, side="left"))
+            q.append(precision[idx] if idx < len(recall) else 0.0)
+        aps.append(float(np.mean(q)))
+    return float(np.mean(aps))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_key_object_ground_truth_against_a_plain_loop(seed):
+    """``ground_truth="key"``: AP@0.5 and AP@0.75 (from mAP's per-threshold states) equal the
+    plain-loop key-object AP with the other boxes ignored; recall counts the key object alone and
+    the top box's IoU is its IoU with the key object."""
+    rng = np.random.default_rng(100 + seed)
+    gts, dets = _scene(rng, 40)
+    gts = [(b, lab) if len(b) else (np.array([[10.0, 10.0, 40.0, 40.0]]), np.array([1])) for b, lab in gts]
+    task = Detection(ground_truth="key")
+    ours = _ours(gts, dets, task)
+    assert ours["ap50"][0] == pytest.approx(_key_object_ap_plain(gts, dets, 0.5), abs=1e-9)
+    # every box in view as ground truth is another number (the test can tell the two apart)
+    assert _ours(gts, dets, Detection())["ap50"][0] != pytest.approx(ours["ap50"][0], abs=1e-6)
+    for i, ((gb, gl), (db, dl, ds)) in enumerate(zip(gts, dets)):
+        order = np.argsort(-ds, kind="stable")
+        top = _plain_iou(db[order][0], gb[0]) if len(db) else 0.0
+        assert ours["iou"][i] == pytest.approx(top, abs=1e-5)
+        hit = any(lab == gl[0] and s >= 0.5 and _plain_iou(b, gb[0]) >= 0.5 for b, lab, s in zip(db, dl, ds))
+        assert ours["recall"][i] == pytest.approx(float(hit), abs=1e-6)
+
+
+def test_key_object_ground_truth_is_part_of_the_run_identity_only_when_asked():
+    assert "ground_truth" not in Detection().spec()
+    assert Detection(ground_truth="key").spec()["ground_truth"] == "key"
+    assert Detection.from_spec(Detection(ground_truth="key").spec()) == Detection(ground_truth="key")
+    with pytest.raises(ValueError, match="ground_truth"):
+        Detection(ground_truth="keys")

@@ -23,6 +23,19 @@ IoU conventions, those of pycocotools):
 Dataset level (:func:`orbitscope.results.dataset_metrics`): ``ap50`` (AP@0.5) and ``map`` (COCO
 mAP@[.5:.95]) per orbit element, and ``nero_conf_iou``.
 
+Key-object ground truth (``ground_truth="key"``, NERO's protocol for key-object contexts such as
+:func:`orbitscope.data.key_object_contexts`, whose first box is the key object): only box 0 is
+ground truth: ``iou`` is the top detection's IoU with the key object, recall counts it alone, and
+AP's classes and ground-truth counts are the key objects'. The other boxes in view are *ignored
+regions*, as COCO treats ignored ground truth: a detection that is not the key object's match
+but has IoU ≥ the threshold with another box of its class is neither a true nor a false positive
+(left out of AP, per threshold, and out of precision's count at 0.5), while a detection matching
+nothing is a false positive. NERO's code counted every other detection as a false positive, so a
+detector was penalised for finding the other objects of the view; we ignore them instead. The
+consensus metrics of such a run read the consensus objects the same way (the best fused box as
+the key object, NERO's consensus of the top boxes; the others ignored). With the default
+``ground_truth="all"`` every box in view is ground truth.
+
 For the views, ``top_boxes`` keeps the three top-scoring boxes of every row (in the frame the
 model saw: the view, for a window over context).
 
@@ -109,6 +122,8 @@ class Detection(Task):
         consensus_score: besides the best fused box, fused boxes scoring at least this are
             consensus objects (see the module docstring; the fused score is the mean score over
             the orbit, 0 where missed).
+        ground_truth: ``"all"`` (every box in view) or ``"key"`` (box 0 of each sample, the other
+            boxes ignored regions: see the module docstring).
     """
 
     score_threshold: float = 0.5
@@ -116,12 +131,14 @@ class Detection(Task):
     max_objects: int = 16
     input_kind: str = "window"
     consensus_score: float = 0.25
+    ground_truth: str = "all"
     kind: str = field(default="detection", init=False)
     target_kind = "boxes"
     output_kind = "boxes"
     primary = "conf_iou"
     supports_consensus = True
-    compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "confidence", "iou",
+    compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "det_ignored",
+                     "confidence", "iou", "consensus_det_ignored",
                      "consensus_labels", "consensus_gt_visible", "consensus_det_matched")
     consensus_stored = {"consensus_boxes": ("consensus_object", "coord"), "consensus_labels": ("consensus_object",),
                         "consensus_scores": ("consensus_object",)}
@@ -135,19 +152,26 @@ class Detection(Task):
             raise ValueError(f"input_kind must be 'window' or 'image', got {self.input_kind!r}")
         if not 0.0 < float(self.consensus_score) <= 1.0:
             raise ValueError(f"consensus_score must be in (0, 1], got {self.consensus_score!r}")
+        if self.ground_truth not in ("all", "key"):
+            raise ValueError(f"ground_truth must be 'all' (every box in view) or 'key' (box 0, the key object; "
+                             f"the others ignored), got {self.ground_truth!r}")
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "Detection":
         return cls(score_threshold=float(spec.get("score_threshold", 0.5)),
                    max_detections=int(spec.get("max_detections", 10)), max_objects=int(spec.get("max_objects", 16)),
                    input_kind=str(spec.get("input_kind", "window")),
-                   consensus_score=float(spec.get("consensus_score", 0.25)))
+                   consensus_score=float(spec.get("consensus_score", 0.25)),
+                   ground_truth=str(spec.get("ground_truth", "all")))
 
     def spec(self) -> dict[str, Any]:
-        return {"kind": self.kind, "score_threshold": float(self.score_threshold),
-                "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
-                "input_kind": self.input_kind, "consensus_score": float(self.consensus_score),
-                "version": DEFINITIONS_VERSION}
+        out = {"kind": self.kind, "score_threshold": float(self.score_threshold),
+               "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
+               "input_kind": self.input_kind, "consensus_score": float(self.consensus_score),
+               "version": DEFINITIONS_VERSION}
+        if self.ground_truth != "all":  # absent by default: earlier runs keep their identity
+            out["ground_truth"] = self.ground_truth
+        return out
 
     def variables(self, num_outputs: int = 0) -> list[Variable]:
         k, m = ("detection",), ("gt",)
@@ -158,6 +182,8 @@ class Detection(Task):
                          needs_labels=False),
                 Variable("det_matched", "uint16", k, "true positive at IoU 0.50, 0.55, …, 0.95 (bit i)", kind="state"),
                 Variable("gt_visible", "uint8", m, "ground-truth box in view (order of target_labels)", kind="state"),
+                *([Variable("det_ignored", "uint16", k, "ignored (matches another object than the key one) at IoU "
+                            "0.50, 0.55, …, 0.95 (bit i)", kind="state")] if self.ground_truth == "key" else []),
                 Variable("top_boxes", "float32", ("top", "coord"), f"the {TOP_BOXES} top-scoring boxes, xyxy pixels "
                          "of the model's frame (NaN = none)", kind="state", needs_labels=False)]
 
@@ -169,7 +195,7 @@ class Detection(Task):
         """The labelled metrics against the consensus, and the states for consensus AP."""
         states = [v.renamed(self.consensus_name(v.name), needs_labels=False,
                             description=f"{v.description} (against the consensus objects)")
-                  for v in self.variables(0) if v.name in ("det_matched", "gt_visible")]
+                  for v in self.variables(0) if v.name in ("det_matched", "gt_visible", "det_ignored")]
         return [*super().consensus_variables(), *states]
 
     def canonicalize(self, outputs: Boxes, g: Transforms, **context: Any) -> Boxes:
@@ -235,7 +261,18 @@ class Detection(Task):
         gt_valid = targets.valid
         iou = box_iou(boxes, targets.xyxy.float())  # (R, K, N)
         same = labels[:, :, None] == targets.labels[:, None, :]
+        ignored = None
+        if self.ground_truth == "key":  # box 0 is the ground truth, the others ignored regions
+            others = gt_valid.clone()
+            others[:, :1] = False
+            gt_valid = gt_valid.clone()
+            gt_valid[:, 1:] = False
+            near = torch.where(same & others[:, None, :], iou, torch.full_like(iou, -1.0)).amax(-1) if n else \
+                torch.full(det.shape, -1.0, device=device)
         matched = match_detections(iou, same, det, gt_valid)  # (R, K, T)
+        if self.ground_truth == "key":
+            t = torch.as_tensor(np.minimum(IOU_THRESHOLDS, 1 - 1e-10), dtype=iou.dtype, device=device)
+            ignored = det[..., None] & ~matched & (near[..., None] >= t)  # (R, K, T)
 
         any_gt = gt_valid.any(1)
         top = det[:, 0]
@@ -243,10 +280,14 @@ class Detection(Task):
         best = torch.where(gt_valid, iou[:, 0], torch.full_like(iou[:, 0], -1.0)).amax(1) if n else torch.zeros(r, device=device)
         top_iou = torch.where(any_gt, torch.where(top, best.clamp_min(0), torch.zeros_like(best)), torch.nan)
         shown = det & (scores >= float(self.score_threshold))
+        if ignored is not None:
+            shown = shown & ~ignored[:, :, 0]
         tp = (matched[:, :, 0] & shown).sum(1).float()
         n_pred, n_gt = shown.sum(1).float(), gt_valid.sum(1).float()
         nan = torch.full_like(tp, torch.nan)
-        bits = (matched.to(torch.int32) * (2 ** torch.arange(len(IOU_THRESHOLDS), device=device))).sum(-1)
+        powers = 2 ** torch.arange(len(IOU_THRESHOLDS), device=device)
+        bits = (matched.to(torch.int32) * powers).sum(-1)
+        extra = {} if ignored is None else {"det_ignored": (ignored.to(torch.int32) * powers).sum(-1).to(torch.int32)}
         return {
             "confidence": confidence,
             "iou": top_iou,
@@ -259,6 +300,7 @@ class Detection(Task):
             "det_matched": bits.to(torch.int32),
             "gt_visible": pad_boxes_dim(gt_valid.to(torch.uint8), int(self.max_objects), 0),
             "top_boxes": pad_boxes_dim(torch.where(det[..., None], boxes, torch.nan), TOP_BOXES, torch.nan),
+            **extra,
         }
 
     # -- dataset level -------------------------------------------------------------------------
@@ -277,7 +319,9 @@ class Detection(Task):
         for prefix, labels_name in (("", "target_labels"), ("consensus_", "consensus_labels")):
             names = (f"{prefix}det_matched", f"{prefix}gt_visible", labels_name)
             if all(name in states for name in names):
-                ap50, m_ap = _ap_per_element(*det, *(np.asarray(states[name]) for name in names), s, e)
+                ignored = states.get(f"{prefix}det_ignored")
+                ap50, m_ap = _ap_per_element(*det, *(np.asarray(states[name]) for name in names), s, e,
+                                             None if ignored is None else np.asarray(ignored))
                 out[f"{prefix}ap50"], out[f"{prefix}map"] = ap50.reshape(orbit), m_ap.reshape(orbit)
         if "confidence" in states and "iou" in states:
             with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -289,16 +333,21 @@ class Detection(Task):
 
 
 def _ap_per_element(scores: np.ndarray, labels: np.ndarray, matched_bits: np.ndarray, visible: np.ndarray,
-                    gt_labels: np.ndarray, s: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+                    gt_labels: np.ndarray, s: int, e: int, ignored_bits: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """AP@0.5 and mAP@[.5:.95] per element: ``scores``/``labels`` (s, e, K), the true-positive bits
-    (s, e, K), which ground truth is in view (s, e, N) and its classes (s, N)."""
-    bits = matched_bits.reshape(s, e, -1).astype(np.int64)
-    matched = (bits[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
+    (s, e, K), which ground truth is in view (s, e, N), its classes (s, N), and the ignored bits
+    (s, e, K) of a key-object run."""
+    def unpack(b: np.ndarray) -> np.ndarray:
+        return (b.reshape(s, e, -1).astype(np.int64)[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
+
+    matched = unpack(matched_bits)
+    ignored = None if ignored_bits is None else unpack(ignored_bits)
     gt_labels = gt_labels.reshape(s, -1)
     visible = visible.reshape(s, e, -1)
     n = min(gt_labels.shape[1], visible.shape[2])
     ap50, m_ap = np.full(e, np.nan), np.full(e, np.nan)
     for i in range(e):
         ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels[:, :n],
-                                             visible[:, i, :n])
+                                             visible[:, i, :n], None if ignored is None else ignored[:, i])
     return ap50, m_ap

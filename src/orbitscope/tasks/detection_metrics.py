@@ -61,13 +61,16 @@ def match_detections(iou: Tensor, same_label: Tensor, det_valid: Tensor, gt_vali
 
 
 def average_precision(scores: np.ndarray, labels: np.ndarray, matched: np.ndarray, gt_labels: np.ndarray,
-                      gt_visible: np.ndarray) -> tuple[float, float]:
+                      gt_visible: np.ndarray, ignored: np.ndarray | None = None) -> tuple[float, float]:
     """(AP@0.5, mAP@[.5:.95]) of one orbit element over all samples (see the module docstring).
 
     Args:
         scores, labels: (S, K) detections per sample (label −1 = none), in decreasing score order.
         matched: (S, K, T) true positive at each threshold.
         gt_labels, gt_visible: (S, N) ground-truth classes and whether each box is in view.
+        ignored: (S, K, T) detections that count neither as true nor as false positives at a
+            threshold (COCO's ignored detections: those matching an ignored ground-truth region;
+            see :class:`~orbitscope.tasks.Detection`'s ``ground_truth="key"``); None: none.
 
     Returns:
         NaN, NaN when no ground-truth box is in view anywhere.
@@ -77,6 +80,7 @@ def average_precision(scores: np.ndarray, labels: np.ndarray, matched: np.ndarra
         return float("nan"), float("nan")
     flat_s, flat_l = scores.reshape(-1), labels.reshape(-1)
     flat_m = matched.reshape(-1, matched.shape[-1])
+    flat_i = None if ignored is None else ignored.reshape(-1, ignored.shape[-1]).astype(np.float64)
     per_class = np.zeros((classes.size, flat_m.shape[-1]))
     for ci, c in enumerate(classes):
         n_gt = int(np.sum((gt_labels == c) & gt_visible.astype(bool)))
@@ -85,7 +89,8 @@ def average_precision(scores: np.ndarray, labels: np.ndarray, matched: np.ndarra
         tp = flat_m[keep][order].astype(np.float64)
         if tp.shape[0] == 0:
             continue  # no detections: AP 0
-        ctp, cfp = np.cumsum(tp, 0), np.cumsum(1 - tp, 0)
+        fp = 1 - tp if flat_i is None else (1 - tp) * (1 - flat_i[keep][order])
+        ctp, cfp = np.cumsum(tp, 0), np.cumsum(fp, 0)  # an ignored detection adds to neither
         recall = ctp / n_gt
         precision = ctp / np.maximum(ctp + cfp, np.finfo(np.float64).eps)
         precision = np.maximum.accumulate(precision[::-1], axis=0)[::-1]  # monotone from the right

@@ -45,9 +45,9 @@ class DetectorRecipe:
     jitter: float = 0.0
     view: int = 64
     max_shift: int = 32
-    scenes: int = 4800
+    scenes: int = 12000
     scene_size: int = 192
-    epochs: int = 8
+    epochs: int = 30
     batch_size: int = 32
     lr: float = 2e-3
     width: int = 32

@@ -13,6 +13,12 @@ or (``schedule="cosine"``, the default) decaying to 0 along a cosine over the st
 
 Models are cached by :func:`cached_flow_model` under ``<cache>/<name>-<key>.safetensors`` (the key
 hashes the recipe), like the classification and detection recipes.
+
+Cost and quality of the defaults (1,600 pairs, 20 epochs: 2,000 steps of 16 pairs, width 16, cosine
+schedule), measured on this project's 2-core machine with one torch thread while other work ran:
+458 s for the plain model; mean end-point error at the identity on 200 held-out pairs
+(``piv-synthetic:n=200,size=64,seed=1``) 0.236 px against Farnebäck's 0.365 px (the previous
+recipe, 960 pairs × 5 epochs at a constant rate, reached 0.428 px: worse than Farnebäck).
 """
 
 from __future__ import annotations
@@ -43,9 +49,9 @@ class FlowRecipe:
     """Everything that determines a trained :class:`FlowCNN`. ``name`` only labels the cache file."""
 
     name: str = "flow-cnn"
-    data: str = "piv-synthetic:n=960,size=64,seed=0"
+    data: str = "piv-synthetic:n=1600,size=64,seed=0"
     augment: str = "none"
-    epochs: int = 5
+    epochs: int = 20
     batch_size: int = 16
     lr: float = 2e-3
     width: int = 16
