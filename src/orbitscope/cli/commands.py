@@ -99,11 +99,11 @@ def _print_rows(rows: list[dict[str, Any]], skip: tuple[str, ...] = ("run", "ele
     if not rows:
         return
     table = Table()
-    cols = [c for c in rows[0] if c not in skip]
+    cols = [c for c in dict.fromkeys(k for row in rows for k in row) if c not in skip]  # rows may differ
     for col in cols:
         table.add_column(col.replace("consensus_", "c.").replace("conf_iou", "conf×IoU"), overflow="fold")
     for row in rows:
-        table.add_row(*[_cell(c, row[c]) for c in cols])
+        table.add_row(*[_cell(c, row.get(c, "")) for c in cols])
     console.print(table)
 
 

@@ -21,7 +21,6 @@ Two parts, each written to ``<out>/`` (heatmap PNGs, ``summary.csv``, ``report.h
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +30,6 @@ from ..data.photos import FACES, PEOPLE, opencv_examples_available, photo_contex
 from ..engine.evaluation import Run, evaluate
 from ..engine.executors import ProcessExecutor
 from ..group.parse import parse_orbit
-from ..results.result import dataset_metrics
 from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks.detection import Detection
@@ -39,8 +37,9 @@ from ..training.detection import DetectorRecipe, cached_detector, detection_trai
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
+from .detection_summary import dataset_heatmaps, headline_rows
 
-__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows"]
+__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows", "dataset_heatmaps"]
 
 #: the two detectors of NERO's contrast (display name -> recipe)
 DETECTORS: dict[str, DetectorRecipe] = {
@@ -65,40 +64,6 @@ def _train_one(recipe: DetectorRecipe, cache_dir: str) -> str:
     return recipe.name
 
 
-def _nan_stats(a: np.ndarray) -> tuple[float, float]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(np.nanmean(a)), float(np.nanmin(a))
-
-
-def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -> list[dict[str, Any]]:
-    """Per model: ``metric``'s sample mean at every element, then its orbit mean, its value at the
-    identity (the centred view) and its worst element; AP@0.5 likewise (or its consensus
-    version for ``consensus_*`` metrics), and the orbit mean of NERO's own aggregate mean(conf)·mean(IoU)."""
-    rows = []
-    prefix = "consensus_" if metric.startswith("consensus_") else ""
-    for run, name in zip(runs, names):
-        res = run.result
-        agg = res.aggregate(metric)["mean"].values
-        identity = tuple(int(np.argmin(np.abs(res.data.coords[d].values))) for d in res.orbit_dims)
-        mean, worst = _nan_stats(agg)
-        dm = dataset_metrics(res)
-        row = {"model": name, "samples": res.n_samples, "elements": int(np.prod(agg.shape)),
-               f"{metric} mean": round(mean, 4), f"{metric} centre": round(float(agg[identity]), 4),
-               f"{metric} worst": round(worst, 4)}
-        ap = dm.get(f"{prefix}ap50")
-        if ap is not None:
-            ap_mean, ap_worst = _nan_stats(ap.values)
-            row.update({f"{prefix}AP@0.5 mean": round(ap_mean, 4),
-                        f"{prefix}AP@0.5 centre": round(float(ap.values[identity]), 4),
-                        f"{prefix}AP@0.5 worst": round(ap_worst, 4)})
-        if not prefix and "nero_conf_iou" in dm:
-            row["NERO mean(conf)·mean(IoU)"] = round(_nan_stats(dm["nero_conf_iou"].values)[0], 4)
-        row["run"] = run.run_id
-        rows.append(row)
-    return rows
-
-
 def train_detectors(cache: Path, say: Callable[[str], None], *, shipped: bool = True) -> float:
     """Train the demo's detectors that are neither cached in ``cache`` nor shipped; seconds spent."""
     return train_missing(list(DETECTORS.values()), _train_one, detector_cache_path, cache, "detector", say,
@@ -108,7 +73,7 @@ def train_detectors(cache: Path, say: Callable[[str], None], *, shipped: bool = 
 def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "demo-output/detection", *,
                        n_objects: int = 500, photos: bool = True, status: Callable[[str], None] | None = None,
                        progress: Callable[[int, int | None], None] | None = None,
-                       shipped: bool = True) -> DetectionDemo:
+                       shipped: bool = True, pretrained: bool = True) -> DetectionDemo:
     """Run the detection demo (see the module docstring); models are cached in the store (taken
     from the shipped weights when ``shipped``: :mod:`orbitscope.demos.shipped`)."""
     if n_objects < 3:
@@ -148,7 +113,31 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
         say(f"skipping the photos: {demo.skipped['photos']}")
     elif photos:
         demo.files.update(_photos(demo, store, out / "photos", say, progress))
+    if pretrained:
+        _pretrained(demo, store, out, say, progress)
     return demo
+
+
+def _pretrained(demo: DetectionDemo, store: Store, out: Path, say: Callable[[str], None],
+                progress: Callable[[int, int | None], None] | None) -> None:
+    """The real pretrained detectors that ship inside PyPI packages: PP-OCRv4's text detector and
+    orientation classifier (:mod:`orbitscope.demos.text`), each skipped with the reason when its
+    package is missing."""
+    from ..errors import SpecError
+    from ..models.ppocr import DETECTOR_FILE, ORIENTATION_FILE, ppocr_model_path
+    from .text import run_text_part
+
+    try:
+        ppocr_model_path(DETECTOR_FILE), ppocr_model_path(ORIENTATION_FILE)
+    except SpecError as exc:
+        demo.skipped["text"] = str(exc)
+        say(f"skipping PP-OCR: {exc}")
+    else:
+        t0 = time.perf_counter()
+        runs, names, rows, files = run_text_part(store, out / "text", say, progress)
+        demo.runs["text"], demo.summaries["text (PP-OCR)"] = runs, rows
+        demo.files.update(files)
+        demo.seconds["text"] = time.perf_counter() - t0
 
 
 def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summary: list[dict[str, Any]],
@@ -160,25 +149,12 @@ def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summar
         "detection sample 0": save_figure(individual_plot(results, int(results[0].data.sample.values[0]), "conf_iou",
                                                           labels=names), folder / "nero_conf_iou_sample0.png"),
     }
-    files["detection AP heatmaps"] = save_figure(_dataset_heatmaps(results, names, "ap50"), folder / "nero_ap50_heatmap.png")
+    files["detection AP heatmaps"] = save_figure(dataset_heatmaps(results, names, "ap50"), folder / "nero_ap50_heatmap.png")
     files["detection summary"] = write_csv(summary, folder / "summary.csv")
     files["detection contrast"] = write_csv(contrast, folder / "contrast.csv")
     files["detection report"] = write_report(results, folder / "report.html", labels=names,
                                              title="orbitscope demo: detection, window shifts (0 % vs 100 % jitter)")
     return files
-
-
-def _dataset_heatmaps(results: list[Any], names: list[str], metric: str) -> Any:
-    from ..analysis.nero import MODEL_COLOURS, NeroData, NeroSeries, layout_kind
-    from ..viz.plot import render
-
-    metrics = [dataset_metrics(r) for r in results]
-    dims = results[0].orbit_dims
-    label = str(metrics[0][metric].attrs.get("label", metric))
-    series = [NeroSeries(n, MODEL_COLOURS[i], np.asarray(m[metric].values)) for i, (m, n) in enumerate(zip(metrics, names))]
-    return render(NeroData(kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
-                           coords={d: np.asarray(results[0].data.coords[d].values) for d in dims}, series=series,
-                           value_range=(0.0, 1.0), title=f"dataset-level {label} per shift"))
 
 
 def _photos(demo: DetectionDemo, store: Store, folder: Path, say: Callable[[str], None],

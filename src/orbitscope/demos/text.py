@@ -45,14 +45,14 @@ from ..engine.evaluation import Run, evaluate
 from ..group.orbits import Translation
 from ..group.parse import parse_orbit
 from ..models.ppocr import ORIENTATION_LABELS, PPOCROrientation, PPOCRTextDetector
-from ..results.result import OrbitResult, dataset_metrics
+from ..results.result import OrbitResult
 from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks.classification import Classification
 from ..tasks.detection import Detection
 from ..viz.plot import individual_plot, nero_plot, render, save_figure
 from ..viz.report import write_report
-from .detection import headline_rows
+from .detection_summary import dataset_heatmaps, headline_rows
 
 __all__ = ["run_text_part", "TEXT_PHOTOS", "DETECTOR_SETTINGS", "SCENE_ORBIT", "SCENE_VIEW", "SCENE_SHIFT",
            "SCENE_BACKGROUNDS", "FINE_SCENES", "PHOTO_ORBIT", "PHOTO_VIEW", "LINES_ORBIT", "N_LINES", "orientation_rows",
@@ -160,15 +160,6 @@ def _curve_plot(dims: tuple[str, ...], coords: dict[str, np.ndarray], series: di
                                    for i, (n, v) in enumerate(series.items())]))
 
 
-def _dataset_plot(results: list[OrbitResult], names: list[str], metric: str) -> Any:
-    dims = results[0].orbit_dims
-    metrics = [dataset_metrics(r) for r in results]
-    label = str(metrics[0][metric].attrs.get("label", metric))
-    return _curve_plot(dims, {d: np.asarray(results[0].data.coords[d].values) for d in dims},
-                       {n: m[metric].values for n, m in zip(names, metrics)}, metric, label,
-                       f"dataset-level {label} per shift")
-
-
 def _photo_list() -> tuple[PhotoContext, ...]:
     here = (OPENCV_EXAMPLES / "imageTextN.png").is_file()
     return tuple(c for c in TEXT_PHOTOS if c.source.startswith("skimage:") or here)
@@ -208,7 +199,7 @@ def run_text_part(store: Store, out: Path, say: Callable[[str], None],
     orbit = parse_orbit(SCENE_ORBIT)
     name = "ppocr-det-scenes"
     run = timed("scenes", name, f"{len(scenes)} rendered-text contexts × {orbit.size} window shifts",
-                lambda: evaluate(detector, scenes, orbit, Detection(), view_size=(SCENE_VIEW, SCENE_VIEW),
+                lambda: evaluate(detector, scenes, orbit, Detection(ground_truth="key"), view_size=(SCENE_VIEW, SCENE_VIEW),
                                  consensus=True, store_inputs=True, store=store, name=name, model_name=name,
                                  forward_batch=64, progress=progress))
     rows += headline_rows([run], [name])
@@ -216,7 +207,7 @@ def run_text_part(store: Store, out: Path, say: Callable[[str], None],
     folder = out / "scenes"
     files["text scenes conf×IoU heatmap"] = save_figure(nero_plot(res, "conf_iou", labels=[name]),
                                                         folder / "nero_conf_iou_heatmap.png")
-    files["text scenes AP heatmap"] = save_figure(_dataset_plot(res, [name], "ap50"), folder / "nero_ap50_heatmap.png")
+    files["text scenes AP heatmap"] = save_figure(dataset_heatmaps(res, [name], "ap50"), folder / "nero_ap50_heatmap.png")
     files["text scenes consensus heatmap"] = save_figure(nero_plot(res, "consensus_iou", labels=[name]),
                                                          folder / "nero_consensus_iou_heatmap.png")
     files["text scenes sample 0"] = save_figure(individual_plot(res, int(run.result.data.sample.values[0]), "conf_iou",

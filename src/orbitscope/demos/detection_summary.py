@@ -1,0 +1,63 @@
+"""Summary tables and dataset-level plots of detection runs, shared by the detection demo's parts
+(:mod:`orbitscope.demos.detection`, :mod:`orbitscope.demos.text`, :mod:`orbitscope.demos.faces`)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..engine.evaluation import Run
+from ..results.result import dataset_metrics
+
+__all__ = ["headline_rows", "dataset_heatmaps"]
+
+
+def _nan_stats(a: np.ndarray) -> tuple[float, float]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(np.nanmean(a)), float(np.nanmin(a))
+
+
+def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -> list[dict[str, Any]]:
+    """Per model: ``metric``'s sample mean at every element, then its orbit mean, its value at the
+    identity (the centred view) and its worst element; AP@0.5 likewise (or its consensus
+    version for ``consensus_*`` metrics), and the orbit mean of NERO's own aggregate mean(conf)·mean(IoU)."""
+    rows = []
+    prefix = "consensus_" if metric.startswith("consensus_") else ""
+    for run, name in zip(runs, names):
+        res = run.result
+        agg = res.aggregate(metric)["mean"].values
+        identity = tuple(int(np.argmin(np.abs(res.data.coords[d].values))) for d in res.orbit_dims)
+        mean, worst = _nan_stats(agg)
+        dm = dataset_metrics(res)
+        row = {"model": name, "samples": res.n_samples, "elements": int(np.prod(agg.shape)),
+               f"{metric} mean": round(mean, 4), f"{metric} centre": round(float(agg[identity]), 4),
+               f"{metric} worst": round(worst, 4)}
+        ap = dm.get(f"{prefix}ap50")
+        if ap is not None:
+            ap_mean, ap_worst = _nan_stats(ap.values)
+            row.update({f"{prefix}AP@0.5 mean": round(ap_mean, 4),
+                        f"{prefix}AP@0.5 centre": round(float(ap.values[identity]), 4),
+                        f"{prefix}AP@0.5 worst": round(ap_worst, 4)})
+        if not prefix and "nero_conf_iou" in dm:
+            row["NERO mean(conf)·mean(IoU)"] = round(_nan_stats(dm["nero_conf_iou"].values)[0], 4)
+        row["run"] = run.run_id
+        rows.append(row)
+    return rows
+
+
+def dataset_heatmaps(results: list[Any], names: list[str], metric: str) -> Any:
+    """The NERO plot (heatmap over shifts, or the orbit's own layout) of a dataset-level metric of
+    :func:`~orbitscope.results.dataset_metrics` (e.g. ``"ap50"``), one panel per result."""
+    from ..analysis.nero import MODEL_COLOURS, NeroData, NeroSeries, layout_kind
+    from ..viz.plot import render
+
+    metrics = [dataset_metrics(r) for r in results]
+    dims = results[0].orbit_dims
+    label = str(metrics[0][metric].attrs.get("label", metric))
+    series = [NeroSeries(n, MODEL_COLOURS[i], np.asarray(m[metric].values)) for i, (m, n) in enumerate(zip(metrics, names))]
+    return render(NeroData(kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
+                           coords={d: np.asarray(results[0].data.coords[d].values) for d in dims}, series=series,
+                           value_range=(0.0, 1.0), title=f"dataset-level {label} per shift"))
