@@ -3,6 +3,7 @@ COCO-format detection data, PIV pairs (synthetic and from folders, Middlebury .f
 
 from .coco import DetectionSet, key_object_contexts, read_coco, write_coco
 from .scenes import digit_scenes
+from .face_scenes import face_contexts, face_scenes
 from .text_scenes import text_contexts, text_lines
 from .piv import (
     FLOW_TYPES,
@@ -32,7 +33,7 @@ from .datasets import (
     register_data_spec,
 )
 
-__all__ = ["DetectionSet", "digit_scenes", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
+__all__ = ["DetectionSet", "digit_scenes", "face_scenes", "face_contexts", "key_object_contexts", "read_coco", "write_coco", "DATA_SPECS", "FASHION_MNIST_CLASSES", "ArrayDataset", "ImageFolder", "fashion_mnist", "load_idx_dataset",
            "mnist_subset", "parse_data_spec", "read_idx", "register_data_spec"]
 __all__ += ["FLOW_TYPES", "FlowField", "FlowFolder", "ParticleOptions", "PIVPairs", "flow_field", "flow_folder",
             "particle_pair", "piv_synthetic", "read_flo", "render_particles", "write_flo"]
