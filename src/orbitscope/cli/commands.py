@@ -112,7 +112,9 @@ def _cell(column: str, value: Any) -> str:
     writes them without the ``p``, other floats to 3 decimals."""
     from ..stats.invariance import format_p
 
-    if isinstance(value, float) and column.endswith(" p"):
+    from ..results.tables import is_p_column
+
+    if isinstance(value, float) and is_p_column(column):
         return format_p(value).removeprefix("p ")
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 

@@ -46,10 +46,12 @@ PEOPLE: tuple[PhotoContext, ...] = (
     PhotoContext("vtest.avi#0", 515, 195, "person on the road, frame 0"),
     PhotoContext("vtest.avi#0", 640, 282, "person walking right, frame 0 (near the right edge)"),
 )
-#: frontal faces, 80–100 px wide
+#: frontal faces: the centres of the by-eye face rectangles of
+#: :data:`orbitscope.data.face_scenes.FACE_CROPS` (earlier centres, (192, 82) and (286, 104), were off
+#: the faces, which the view then cut)
 FACES: tuple[PhotoContext, ...] = (
-    PhotoContext("skimage:astronaut", 192, 82, "Eileen Collins (scikit-image astronaut)"),
-    PhotoContext("messi5.jpg", 286, 104, "footballer (OpenCV messi5.jpg)"),
+    PhotoContext("skimage:astronaut", 224, 125, "Eileen Collins (scikit-image astronaut)"),
+    PhotoContext("messi5.jpg", 239, 112, "footballer (OpenCV messi5.jpg), a small face (about 34 px)"),
 )
 
 

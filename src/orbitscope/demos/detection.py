@@ -50,6 +50,8 @@ SCENE_ORBIT = "window-shift:-32:24:8"
 #: held-out scenes (test digits, another seed than training): about 590 key objects, of which the
 #: demo takes the first ``n_objects``
 TEST_SCENES = 2400
+#: the labelled face scenes of MTCNN vs Haar (:mod:`orbitscope.demos.faces`) and their shifts
+FACE_SCENES, FACE_SCENE_ORBIT = 60, "window-shift:-16:16:8"
 PEOPLE_ORBIT, PEOPLE_VIEW = "window-shift:-30:30:6", 192
 FACES_ORBIT, FACES_VIEW = "window-shift:-16:14:2", 128
 
@@ -124,8 +126,25 @@ def _pretrained(demo: DetectionDemo, store: Store, out: Path, say: Callable[[str
     orientation classifier (:mod:`orbitscope.demos.text`), each skipped with the reason when its
     package is missing."""
     from ..errors import SpecError
+    from ..models.mtcnn import mtcnn_weights_dir
     from ..models.ppocr import DETECTOR_FILE, ORIENTATION_FILE, ppocr_model_path
+    from .faces import run_faces_part
     from .text import run_text_part
+
+    try:
+        mtcnn_weights_dir()
+    except SpecError as exc:
+        demo.skipped["faces"] = str(exc)
+        say(f"skipping MTCNN: {exc}")
+    else:
+        t0 = time.perf_counter()
+        runs, names, rows, files = run_faces_part(store, out / "faces", say, progress, n_scenes=FACE_SCENES,
+                                                  orbit=FACE_SCENE_ORBIT, photos=False)
+        demo.runs["faces"], demo.summaries["faces (MTCNN vs Haar)"] = runs, rows
+        demo.summaries["faces contrast"] = contrast_rows(runs, names, [(names[0], names[1])], ("conf_iou",))
+        files["faces contrast"] = write_csv(demo.summaries["faces contrast"], out / "faces" / "scenes" / "contrast.csv")
+        demo.files.update(files)
+        demo.seconds["faces"] = time.perf_counter() - t0
 
     try:
         ppocr_model_path(DETECTOR_FILE), ppocr_model_path(ORIENTATION_FILE)
@@ -157,14 +176,26 @@ def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summar
     return files
 
 
+def _mtcnn_if_available() -> dict[str, Any]:
+    """``{"mtcnn": MTCNN()}`` when facenet-pytorch's weights are installed, else ``{}``."""
+    from ..errors import SpecError
+    from ..models.mtcnn import MTCNN, mtcnn_weights_dir
+
+    try:
+        mtcnn_weights_dir()
+    except SpecError:
+        return {}
+    return {"mtcnn": MTCNN()}
+
+
 def _photos(demo: DetectionDemo, store: Store, folder: Path, say: Callable[[str], None],
             progress: Callable[[int, int | None], None] | None) -> dict[str, Path]:
     from ..models.classical_detectors import HaarCascade, HOGPeople, LBPFace
 
     files: dict[str, Path] = {}
     parts = (("people", HOGPeople(), {"opencv-hog-people": None}, PEOPLE, PEOPLE_ORBIT, PEOPLE_VIEW),
-             ("faces", None, {"opencv-haar-frontalface": HaarCascade(), "skimage-lbp-face": LBPFace()}, FACES,
-              FACES_ORBIT, FACES_VIEW))
+             ("faces", None, {**_mtcnn_if_available(), "opencv-haar-frontalface": HaarCascade(),
+                              "skimage-lbp-face": LBPFace()}, FACES, FACES_ORBIT, FACES_VIEW))
     for part, single, models, contexts, orbit_spec, view in parts:
         orbit = parse_orbit(orbit_spec)
         shift = int(max(np.abs(orbit.coords["tx"]).max(), np.abs(orbit.coords["ty"]).max()))

@@ -6,8 +6,9 @@ facenet-pytorch ships) and, for contrast, OpenCV's Haar frontal-face cascade
 run on a 128-px field of view moved over window shifts −16…14 by 2 px (16 × 16 elements):
 
 (a) **labelled face scenes** (:func:`orbitscope.data.face_contexts`: real face crops pasted on
-    real photographs, exact boxes = the pasted rectangles): conf×IoU per sample, AP@0.5 per
-    element, and the consensus metrics beside them;
+    real photographs, exact boxes = the pasted rectangles): conf×IoU per sample and AP@0.5 per
+    element against the key face (``Detection(ground_truth="key")``: other faces in view are
+    ignored regions);
 (b) **real, unlabelled face photos** (:data:`orbitscope.data.photos.FACES`: scikit-image's
     astronaut, and OpenCV's messi5.jpg when opencv-doc is installed), label-free with the
     consensus.
@@ -62,14 +63,17 @@ def face_models() -> dict[str, nn.Module]:
 
 
 def _evaluate_all(models: dict[str, nn.Module], data: Any, orbit_spec: str, part: str, store: Store,
-                  say: Callable[[str], None], progress: Callable[[int, int | None], None] | None
-                  ) -> tuple[list[Run], list[float]]:
+                  say: Callable[[str], None], progress: Callable[[int, int | None], None] | None, *,
+                  labelled: bool) -> tuple[list[Run], list[float]]:
+    """Evaluate every model: on labelled key-object contexts against the key face
+    (``Detection(ground_truth="key")``), on unlabelled photos against the consensus."""
     orbit = parse_orbit(orbit_spec)
     runs, seconds = [], []
     for name, model in models.items():
         say(f"evaluating {name} on {len(data)} {part} × {orbit.size} shifts")
         t0 = time.perf_counter()
-        runs.append(evaluate(model, data, orbit, Detection(), view_size=(FACES_VIEW, FACES_VIEW), consensus=True,
+        task = Detection(ground_truth="key") if labelled else Detection()
+        runs.append(evaluate(model, data, orbit, task, view_size=(FACES_VIEW, FACES_VIEW), consensus=not labelled,
                              store_inputs=True, store=store, name=f"{name}-{part.replace(' ', '-')}",
                              model_name=name, progress=progress))
         seconds.append(time.perf_counter() - t0)
@@ -105,7 +109,7 @@ def run_faces_part(store: Store, out: Path, say: Callable[[str], None],
     files: dict[str, Path] = {}
 
     scenes = face_contexts(n_scenes, view=FACES_VIEW, max_shift=16)
-    runs, seconds = _evaluate_all(models, scenes, orbit, "face scenes", store, say, progress)
+    runs, seconds = _evaluate_all(models, scenes, orbit, "face scenes", store, say, progress, labelled=True)
     rows = [{"part": "face scenes", **row, "seconds": round(s, 1)}
             for row, s in zip(headline_rows(runs, names), seconds)]
     results = [r.result for r in runs]
@@ -130,7 +134,8 @@ def run_faces_part(store: Store, out: Path, say: Callable[[str], None],
         if len(available) < len(FACES):
             say("messi5.jpg is missing (Debian's opencv-doc): the photos part uses the astronaut only")
         data = photo_contexts(available, view=FACES_VIEW, max_shift=16)
-        photo_runs, photo_seconds = _evaluate_all(face_models(), data, orbit, "face photos", store, say, progress)
+        photo_runs, photo_seconds = _evaluate_all(face_models(), data, orbit, "face photos", store, say, progress,
+                                                  labelled=False)
         rows += [{"part": "face photos", **row, "seconds": round(s, 1)}
                  for row, s in zip(headline_rows(photo_runs, names, "consensus_conf_iou"), photo_seconds)]
         presults = [r.result for r in photo_runs]
