@@ -237,7 +237,8 @@ def difference_band(differences: np.ndarray, *, from_binary: bool, level: float 
     maxima = studentized_maxima(d, from_binary=from_binary, resamples=resamples, seed=seed, use=use)
     floor = float(stats.t.ppf(0.5 + level / 2, max(int(np.nanmax(n, initial=2)) - 1, 1)))
     c = max(floor, float(np.quantile(maxima, level, method="higher")))
-    half = np.where(n > 1, c * scale, np.inf)
+    with np.errstate(invalid="ignore"):  # an infinite critical value (too few samples) times a zero scale
+        half = np.where(n > 1, c * scale, np.inf)
     return Band(mean=mean, lower=mean - half, upper=mean + half, critical=c, level=level, resamples=resamples,
                 binary=False, maxima=maxima)
 
