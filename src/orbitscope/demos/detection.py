@@ -1,21 +1,26 @@
 """The detection demo: NERO's detection case study (does the box move with the object?).
 
-Two parts, each written to ``<out>/`` (heatmap PNGs, ``summary.csv``, ``report.html``):
+Parts, each written under ``<out>/`` (heatmap PNGs, ``summary.csv``, ``report.html``):
 
-1. **Our detector, 0 % vs 100 % jitter** (NERO's contrast). Two :class:`CentreDetector` s trained
-   by :class:`~orbitscope.training.detection.DetectorRecipe` on the built-in digit scenes (real
-   MNIST digits pasted on real photographs), one always seeing the key object at the centre of its
-   64-px view, one with NERO's truncated-normal offsets (σ = view/2 at 100 %). Both are evaluated
-   on held-out key-object contexts (test digits, other scenes) over window shifts −32…28 by 4
-   (16 × 16 elements: NERO's geometry, shifts up to half the view, at half its 128-px scale), with
-   the consensus. Expect the 0 % model to fall off away from the centre and the 100 % one to stay
-   flatter.
-2. **Real detectors on real, unlabelled photos**, label-free with the consensus: OpenCV's HOG
-   people detector on pedestrians of ``vtest.avi`` (shifts −30…30 by 6, 192-px view), OpenCV's Haar
-   frontal-face cascade and scikit-image's LBP face cascade on two faces (shifts −16…14 by 2,
-   128-px view). Their sliding windows (stride 8 for HOG) and scale pyramids are not shift
-   equivariant; the consensus heatmaps show where their boxes jump. Skipped with a note when
-   Debian's opencv-doc (the photos) is not installed.
+1. **Our detector, 0 % vs 100 % jitter** (NERO's contrast), ``scenes/``. Two shipped
+   :class:`CentreDetector` s trained by :class:`~orbitscope.training.detection.DetectorRecipe` on
+   the built-in digit scenes (real MNIST digits pasted on real photographs), one always seeing the
+   key object at the centre of its 64-px view, one with NERO's truncated-normal offsets (σ =
+   view/2 at 100 %). Both are evaluated on 500 held-out key-object contexts (test digits, other
+   scenes) over window shifts −32…24 by 8 (8 × 8 elements: NERO's geometry, shifts up to half the
+   view, at half its 128-px scale) with NERO's key-object ground truth
+   (``Detection(ground_truth="key")``), in two worker processes. ``summary.csv`` carries each
+   model's test of invariance of conf × IoU, ``contrast.csv`` the paired comparison (orbit means
+   and per shift; :func:`~orbitscope.demos.common.contrast_rows`).
+2. **Real detectors on real, unlabelled photos**, label-free with the consensus, ``photos/``:
+   OpenCV's HOG people detector on pedestrians of ``vtest.avi`` (shifts −30…30 by 6, 192-px view);
+   MTCNN (when facenet-pytorch's weights are installed), OpenCV's Haar frontal-face cascade and
+   scikit-image's LBP face cascade on two faces (shifts −16…14 by 2, 128-px view). Skipped with a
+   note when Debian's opencv-doc (the photos) is not installed.
+3. **Real pretrained detectors on labelled data** (skipped, with the reason, when their package is
+   missing): MTCNN vs the Haar cascade on 60 labelled face scenes (:mod:`orbitscope.demos.faces`,
+   ``faces/``) and PaddleOCR's PP-OCRv4 text detector and orientation classifier
+   (:mod:`orbitscope.demos.text`, ``text/``).
 """
 
 from __future__ import annotations

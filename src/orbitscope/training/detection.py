@@ -12,6 +12,14 @@ the box size: σ = max(w, h) / 6 in cells, at least 0.5, a simplification of Cor
 plus L1 on the centre offsets and log sizes at the centre cells. Adam, seeded shuffling and
 augmentation (:func:`~orbitscope.training.recipes.derive_seed`), one thread-independent CPU run;
 the learning rate constant or (``schedule="cosine"``, the default) decaying to 0 along a cosine.
+
+Cost and quality of the defaults (12,000 scenes: 2,946 training objects; 30 epochs of batches of
+32, 2,790 steps; width 32), measured on this project's 2-core machine with one torch thread while
+other work ran: 457 s for one model alone, 714 s for the demo's two trained side by side. On 500
+held-out key objects at the centred view, key-object AP@0.5 (``Detection(ground_truth="key")``)
+0.889 (0 % jitter) and 0.903 (100 % jitter); the previous recipe (4,800 scenes, 8 epochs, constant
+rate) reached 0.33 (all boxes in view as ground truth), mostly by misreading the digit: its top
+box found the key object's place (IoU ≥ 0.5) in 98 % of the views but its class in 47 %.
 """
 
 from __future__ import annotations
