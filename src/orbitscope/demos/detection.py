@@ -127,9 +127,10 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
 
 def _pretrained(demo: DetectionDemo, store: Store, out: Path, say: Callable[[str], None],
                 progress: Callable[[int, int | None], None] | None) -> None:
-    """The real pretrained detectors that ship inside PyPI packages: PP-OCRv4's text detector and
-    orientation classifier (:mod:`orbitscope.demos.text`), each skipped with the reason when its
-    package is missing."""
+    """The real pretrained detectors that ship inside PyPI packages: MTCNN vs OpenCV's Haar cascade
+    on labelled face scenes (:mod:`orbitscope.demos.faces`, with their contrast) and PP-OCRv4's
+    text detector and orientation classifier (:mod:`orbitscope.demos.text`), each skipped with
+    the reason when its package is missing."""
     from ..errors import SpecError
     from ..models.mtcnn import mtcnn_weights_dir
     from ..models.ppocr import DETECTOR_FILE, ORIENTATION_FILE, ppocr_model_path
