@@ -276,3 +276,23 @@ def test_key_object_ground_truth_is_part_of_the_run_identity_only_when_asked():
     assert Detection.from_spec(Detection(ground_truth="key").spec()) == Detection(ground_truth="key")
     with pytest.raises(ValueError, match="ground_truth"):
         Detection(ground_truth="keys")
+
+
+def test_key_object_ground_truth_with_the_consensus_stores_both_ignore_states(tmp_path):
+    """A key-object run with the consensus: the consensus is read the same way (its best box as the
+    key), so both ignore states are stored and both APs are defined."""
+    from orbitscope.demos.detection import DETECTORS
+    from orbitscope.demos.shipped import cache_ready
+    from orbitscope.results.result import dataset_metrics
+    from orbitscope.training.detection import DetectorRecipe, cached_detector, detection_training_data, detector_cache_path
+
+    recipe = DETECTORS["centre-detector-jitter100"]
+    assert cache_ready(detector_cache_path(recipe, tmp_path))  # the shipped weights, copied: nothing trains
+    model, info = cached_detector(recipe, tmp_path)
+    assert info["from_cache"]
+    data = detection_training_data(DetectorRecipe(scenes=40, seed=1), split="test").subset(range(6))
+    res = osc.evaluate(model, data, "window-shift:-8:8:8", Detection(ground_truth="key"), view_size=(64, 64),
+                       consensus=True).result
+    assert {"det_ignored", "consensus_det_ignored"} <= set(res.data.data_vars)
+    metrics = dataset_metrics(res)
+    assert np.isfinite(metrics["ap50"].values).all() and np.isfinite(metrics["consensus_ap50"].values).all()
