@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test test-fast models venv datasets browser photos bench study clean
+.PHONY: demo test test-fast models venv datasets browser photos bench study clean docs
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,8 +76,13 @@ demo: $(STAMP) datasets photos
 # two pytest-xdist workers (this machine has 2 cores); loadfile keeps a module on one worker, so
 # its module-scoped fixtures (trained models, stores, a Ray cluster) are built once
 PYTEST_PARALLEL ?= -n 2 --dist loadfile
-test: $(STAMP) $(RAY_STAMP) datasets browser photos
+test: $(STAMP) $(RAY_STAMP) datasets browser photos docs
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
+
+# the documentation site (docs/, mkdocs.yml) into site/; --strict: any warning, broken link or
+# unresolved reference fails the build. The reference pages are generated from the code (docs/hooks.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # the edit-test loop: everything but the tests marked slow (browser, Ray, subprocesses, the demo)
 test-fast: $(STAMP) $(RAY_STAMP) datasets
@@ -102,4 +107,4 @@ study: $(STAMP) datasets
 	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
 
 clean:
-	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache
+	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache site
