@@ -103,8 +103,10 @@ def assert_invariant(model_or_result: Any, data: Any = None, orbit: Any = None, 
     Args:
         model_or_result: a model (evaluated with :func:`orbitscope.evaluate` on ``data`` over
             ``orbit``), or an evaluated :class:`~orbitscope.results.OrbitResult` / ``Run``.
-        data, orbit, task: what :func:`orbitscope.evaluate` takes (``orbit`` may be a spec such as
+        data: what :func:`orbitscope.evaluate` takes; only for a model.
+        orbit: what :func:`orbitscope.evaluate` takes (it may be a spec such as
             ``"rotation:-30:30:5"``); only for a model.
+        task: what :func:`orbitscope.evaluate` takes; only for a model.
         max_drop: the tolerance, in metric units (e.g. 0.02 accuracy).
         alpha: family-wise error over all orbit elements together.
         metric: default: the task's primary metric (accuracy for classification).

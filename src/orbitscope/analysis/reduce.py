@@ -416,7 +416,11 @@ def embed_models(results: Sequence[OrbitResult | Any], variable: str, method: Me
 
     Args:
         results: results (or runs) of the models to compare.
-        variable, method, seed, n_components, kwargs: as for :func:`embed`.
+        variable: as for :func:`embed`.
+        method: as for :func:`embed`.
+        seed: as for :func:`embed`.
+        n_components: as for :func:`embed`.
+        **kwargs: as for :func:`embed`.
         joint: fit one embedding on the stacked vectors of all models and split it, so that the
             models' coordinates share axes (the models must share orbit elements). By default each
             model is embedded on its own, as in NERO.

@@ -16,6 +16,7 @@ from .idx import PathLike, read_idx
 __all__ = ["FASHION_MNIST_CLASSES", "FASHION_MNIST_DEFAULT_ROOT", "FASHION_MNIST_ENV", "fashion_mnist", "load_idx_dataset",
            "mnist_subset"]
 
+#: Fashion-MNIST's class names, by label.
 FASHION_MNIST_CLASSES: list[str] = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",

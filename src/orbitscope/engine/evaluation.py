@@ -295,7 +295,9 @@ def evaluate(
             the optimised model on CUDA half the free device memory: :func:`memory_budget`).
         device: where the actions and the model run (default: the model's device).
         normalize: ``(mean, std)`` per channel, applied after the orbit transform.
-        interpolation, padding: resampling of images, frames and flow fields (see
+        interpolation: resampling of images, frames and flow fields (see
+            :func:`orbitscope.kinds.warp_images`).
+        padding: how the resampling fills pixels from outside the input (see
             :func:`orbitscope.kinds.warp_images`).
         view_size: (h, w) of the field of view for a task whose input kind is ``"window"``
             (a window over a larger context image).

@@ -35,6 +35,8 @@ from ..group.elements import Transforms
 __all__ = ["Layout", "Kind", "KINDS", "register_kind", "get_kind", "act", "list_kinds", "check_layout", "orbit_rows",
            "as_float_tensor"]
 
+#: How :meth:`Kind.act` pairs samples and elements: ``"orbit"`` (every sample under every element,
+#: element-major ``(K, B, ...)``) or ``"paired"`` (sample i under element i, ``(B, ...)``).
 Layout = Literal["orbit", "paired"]
 
 

@@ -84,8 +84,10 @@ class NeroCNN(nn.Module):
     Args:
         in_channels: image channels (NERO: 1).
         num_classes: number of output logits (NERO: 10).
-        mean, std: normalisation of the ``[0, 1]`` input, one value for all channels
-            (default MNIST's 0.1307 and 0.3081).
+        mean: normalisation of the ``[0, 1]`` input, one value for all channels
+            (default MNIST's 0.1307).
+        std: the normalisation's standard deviation, one value for all channels
+            (default MNIST's 0.3081).
     """
 
     arch_name = "nero-cnn"

@@ -226,12 +226,15 @@ class PPOCRTextDetector(nn.Module):
     """PaddleOCR's PP-OCRv4 text detector (DBNet) as a Detection model (see the module docstring).
 
     Args:
-        limit_side_len, limit_type: the input resize (``"min"``: scale the shorter side up to
-            ``limit_side_len``; ``"max"``: scale the longer side down to it); then multiples of 32.
-        thresh: probability threshold of the text bitmap; box_thresh: least mean probability of a
-            box; unclip_ratio: r in the offset distance D = A·r/L; use_dilation: dilate the bitmap
-            2 × 2; max_candidates: contours examined per image; min_size: least short side (px of
-            the map) of a rectangle.
+        limit_side_len: the input resize's side length (see ``limit_type``); then multiples of 32.
+        limit_type: the input resize (``"min"``: scale the shorter side up to
+            ``limit_side_len``; ``"max"``: scale the longer side down to it).
+        thresh: probability threshold of the text bitmap.
+        box_thresh: least mean probability of a box.
+        unclip_ratio: r in the offset distance D = A·r/L.
+        use_dilation: dilate the bitmap 2 × 2.
+        max_candidates: contours examined per image.
+        min_size: least short side (px of the map) of a rectangle.
         path: the ONNX file (default: the one in rapidocr-onnxruntime, :func:`ppocr_model_path`).
         providers: ONNX Runtime providers (default: CUDA where available, else CPU).
 

@@ -25,7 +25,8 @@ class VGGBN(ZooConvNet):
     CIFAR-10; this is its small cousin for 28 × 28 digits).
 
     Args:
-        in_channels, num_classes: image channels and output logits.
+        in_channels: image channels.
+        num_classes: output logits.
         widths: output channels of the three stages.
         hidden: width of ``fc1``.
     """
@@ -80,7 +81,8 @@ class SmallResNet(ZooConvNet):
     residual blocks.
 
     Args:
-        in_channels, num_classes: image channels and output logits.
+        in_channels: image channels.
+        num_classes: output logits.
         widths: channels of the three stages.
         hidden: unused by the layers (kept so every zoo architecture takes the same arguments).
     """

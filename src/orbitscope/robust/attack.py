@@ -62,8 +62,13 @@ class ProbabilisticRobustness(_AttackBase):
         model: the classifier (images (B, C, H, W) -> class scores (B, classes)).
         perturbation: a sampler or spec (default ``"linf:8/255:8bit"``: Mu & Lim's uniform L∞
             box with 8-bit quantisation).
-        test, kappa, alpha, budget, label_free, batch_size, seed: as in
-            :func:`orbitscope.robust.certify`.
+        test: as in :func:`orbitscope.robust.certify`.
+        kappa: as in :func:`orbitscope.robust.certify`.
+        alpha: as in :func:`orbitscope.robust.certify`.
+        budget: as in :func:`orbitscope.robust.certify`.
+        label_free: as in :func:`orbitscope.robust.certify`.
+        batch_size: as in :func:`orbitscope.robust.certify`.
+        seed: as in :func:`orbitscope.robust.certify`.
 
     Every call draws fresh perturbation streams: inputs are numbered across calls
     (``inputs_seen``), and the streams of input k depend only on ``seed`` and k.

@@ -750,9 +750,10 @@ def certify(
         A :class:`CertificationResult`.
 
     Raises:
-        DataError: empty data, images not (B, C, H, W) in [0, 1], missing labels.
-        ModelError: the model fails, returns non-(B, classes) scores, or NaN/inf.
-        (On an executor these name the shard's inputs.)
+        DataError: empty data, images not (B, C, H, W) in [0, 1], missing labels (on an
+            executor, the message names the shard's inputs).
+        ModelError: the model fails, returns non-(B, classes) scores, or NaN/inf (on an
+            executor, the message names the shard's inputs).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

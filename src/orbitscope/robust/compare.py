@@ -272,8 +272,12 @@ def compare_robustness(
             (``quantize``: Mu & Lim's 8-bit rounding) and a PGD attack of the same radius.
         rotations: half-ranges θ in degrees of :class:`RandomRotation` samplers (PGD: n/a).
         tests: sequential test names (default: all of :func:`~.sequential.list_tests`).
-        kappa, alpha, budget, batch_size, seed: as in :func:`~.certify.certify`; ``budget``
-            caps every test (the fixed binomial test then uses exactly ``budget`` samples).
+        kappa: as in :func:`~.certify.certify`.
+        alpha: as in :func:`~.certify.certify`.
+        budget: as in :func:`~.certify.certify`; ``budget`` caps every test (the fixed binomial
+            test then uses exactly ``budget`` samples).
+        batch_size: as in :func:`~.certify.certify`.
+        seed: as in :func:`~.certify.certify`.
         pgd_steps: PGD iterations (step 2.5·ε/steps, random start).
         optimize: certify a BatchNorm-folded, channels-last copy of each model (same
             predictions up to float rounding; faster on CPU).

@@ -69,6 +69,8 @@ __all__ = [
     "simulate",
 ]
 
+#: A test's outcome for one input (int8): ``ROBUST`` (1) certified, ``NOT_ROBUST`` (-1) stopped
+#: without certifying, ``UNDECIDED`` (0) wants more samples (final at the test's budget).
 ROBUST, NOT_ROBUST, UNDECIDED = 1, -1, 0
 
 #: The default: Wald's SPRT with p1 = 0.45κ, β = α/10, looks of 16. Measured at α = κ = 0.01

@@ -206,7 +206,8 @@ def compare_models(a: Any, b: Any, metric: str | None = None, *, alpha: float = 
     docstring for the tests).
 
     Args:
-        a, b: :class:`~orbitscope.results.OrbitResult` of the two models (same data, same orbit).
+        a: :class:`~orbitscope.results.OrbitResult` of the first model.
+        b: :class:`~orbitscope.results.OrbitResult` of the second model (same data, same orbit).
         metric: default: A's primary metric.
         correction: ``"holm"``, ``"bonferroni"``, ``"maxt"`` or ``"fdr"``.
         names: how the verdict calls them (default: run or model names).

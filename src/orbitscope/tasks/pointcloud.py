@@ -36,7 +36,8 @@ class PointCloudClassification(Classification):
     (centroid at the origin, largest norm 1); the label is invariant under rotation.
 
     Args:
-        output, store_probabilities: as :class:`~orbitscope.tasks.Classification`.
+        output: as :class:`~orbitscope.tasks.Classification`.
+        store_probabilities: as :class:`~orbitscope.tasks.Classification`.
         store_logit: also record ``true_logit`` (the raw score of the true class) for NERO's
             min–max-normalised individual plots (:func:`orbit_minmax`); needs logit outputs.
     """

@@ -25,7 +25,9 @@ from typing import Any, Literal, Mapping
 
 __all__ = ["Variable", "VariableKind", "VARIABLE_KINDS", "variable_meta", "ENGINE_VARIABLES"]
 
+#: What a recorded variable's values are (the module docstring's table of kinds).
 VariableKind = Literal["binary", "probability", "real", "count", "state"]
+#: The variable kinds, as a tuple (see :data:`VariableKind`).
 VARIABLE_KINDS: tuple[str, ...] = ("binary", "probability", "real", "count", "state")
 
 

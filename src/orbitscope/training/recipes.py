@@ -111,6 +111,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The rotation augmentations a :class:`TrainRecipe` may name (see the module docstring).
 AUGMENTATIONS = ("none", "uniform", "normal90", "nero-normal90")
 #: Training data ids understood by :func:`train_reference_model`.
 DATASETS = ("mnist-subset", "fashion-mnist")
