@@ -60,7 +60,7 @@ def evaluate(
     view_size: Optional[int] = typer.Option(None, "--view-size", help="Detection: the square field of view (pixels) "
                                             "that a window-shift orbit moves over each context image (NERO: 128)."),
     key_objects: bool = typer.Option(True, "--key-objects/--whole-images", help="Detection with --view-size: one "
-                                     "context per object covering 10-50 %% of the view whose moved view stays inside "
+                                     "context per object covering 10-50 % of the view whose moved view stays inside "
                                      "its image (NERO's selection), or the whole images as contexts."),
     score_threshold: float = typer.Option(0.5, "--score-threshold", help="Detection: detections scoring at least "
                                           "this count for precision, recall and F1."),
