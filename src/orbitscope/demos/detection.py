@@ -6,7 +6,7 @@ Parts, each written under ``<out>/`` (heatmap PNGs, ``summary.csv``, ``report.ht
    :class:`CentreDetector` s trained by :class:`~orbitscope.training.detection.DetectorRecipe` on
    the built-in digit scenes (real MNIST digits pasted on real photographs), one always seeing the
    key object at the centre of its 64-px view, one with NERO's truncated-normal offsets (σ =
-   view/2 at 100 %). Both are evaluated on 500 held-out key-object contexts (test digits, other
+   view/4 at 100 %, NERO's 32 px of 128). Both are evaluated on 500 held-out key-object contexts (test digits, other
    scenes) over window shifts −32…24 by 8 (8 × 8 elements: NERO's geometry, shifts up to half the
    view, at half its 128-px scale) with NERO's key-object ground truth
    (``Detection(ground_truth="key")``), in two worker processes. ``summary.csv`` carries each
