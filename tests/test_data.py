@@ -194,7 +194,12 @@ def test_array_dataset_items_and_subset() -> None:
     floats = rng.random((3, 7, 7)).astype(np.float32)
     fds = D.ArrayDataset(floats, np.array([0, 0, 1]))
     assert torch.equal(fds[2][0], torch.from_numpy(floats[2][None]))
-    assert fds.classes == ["0", "1"] and fds.data_id == "array"
+    assert fds.classes == ["0", "1"] and fds.data_id.startswith("array:")
+    # the content names an unnamed dataset, and the indices a subset: different data, different ids
+    assert D.ArrayDataset(floats[::-1].copy(), np.array([0, 0, 1])).data_id != fds.data_id
+    assert D.ArrayDataset(floats.copy(), np.array([0, 0, 1])).data_id == fds.data_id
+    assert fds.subset([0, 2]).data_id != fds.subset([1, 2]).data_id
+    assert fds.subset(slice(0, 2)).data_id == fds.subset([0, 1]).data_id == fds.data_id + "[0:2]"
 
 
 @pytest.mark.parametrize("bad", [1.0001, -1e-6, np.nan])

@@ -7,6 +7,7 @@ See :mod:`orbitscope.data.datasets` for the conventions on accepted arrays.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Sequence
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError
+from .subsets import picked_indices, subset_tag
 
 __all__ = ["ArrayDataset", "Indices", "to_chw_tensor"]
 
@@ -104,6 +106,16 @@ def _check_labels(labels: Any, n_images: int) -> np.ndarray:
     return lab
 
 
+def _content_hash(images: np.ndarray, labels: np.ndarray) -> str:
+    """16 hex digits of SHA-256 over the arrays' shapes, dtypes and bytes."""
+    h = hashlib.sha256()
+    for a in (images, labels):
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.shape}{a.dtype.str}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()[:16]
+
+
 class ArrayDataset(Dataset):
     """In-memory (or memmapped) image classification dataset.
 
@@ -111,7 +123,9 @@ class ArrayDataset(Dataset):
         images: ``(N, H, W)`` or ``(N, C, H, W)``; ``uint8`` (0..255, divided by 255 per
             item) or floating point already in ``[0, 1]`` (checked via min/max).
         labels: ``(N,)`` integer class indices (stored as int64).
-        data_id: provenance string, e.g. ``"fashion-mnist:test"``.
+        data_id: provenance string, e.g. ``"fashion-mnist:test"``; by default ``"array:<hash>"``
+            of the images' and labels' bytes (part of every run id: two different datasets must
+            not share one, or a store would return one's stored run for the other).
         classes: class names (index = label); default ``["0", ..., str(max label)]``.
 
     Items are ``(float32 tensor (C, H, W) in [0, 1], int label)``. ``images`` is kept as
@@ -122,7 +136,7 @@ class ArrayDataset(Dataset):
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray | Sequence[int],
-                 data_id: str = "array", classes: Sequence[str] | None = None) -> None:
+                 data_id: str | None = None, classes: Sequence[str] | None = None) -> None:
         images = _check_images(images)
         self._divisor: float | None = 255.0 if images.dtype == np.uint8 else None
         lab = _check_labels(labels, len(images))
@@ -139,7 +153,8 @@ class ArrayDataset(Dataset):
                                 "labels are 0-based indices into classes")
         self.images = images
         self.labels = lab
-        self.data_id = data_id
+        # without a name, the content names the data: two different arrays must never share a run id
+        self.data_id = data_id if data_id is not None else f"array:{_content_hash(images, lab)}"
         self.classes: list[str] = list(classes)
 
     def __len__(self) -> int:
@@ -165,7 +180,9 @@ class ArrayDataset(Dataset):
     def subset(self, indices: Indices, data_id: str | None = None) -> ArrayDataset:
         """New dataset with the items at ``indices`` (a slice keeps memmap views).
 
-        ``data_id`` defaults to ``f"{self.data_id}[subset:{n}]"``; ``classes`` is kept.
+        ``data_id`` defaults to ``self.data_id`` plus :func:`~orbitscope.data.subsets.subset_tag`
+        of the indices (``[a:b]`` for a run, else ``[subset:<count>:<hash of the indices>]``), so
+        two different subsets never share an id; ``classes`` is kept.
         """
         if not isinstance(indices, slice):
             indices = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -173,6 +190,6 @@ class ArrayDataset(Dataset):
             if bad.size:
                 raise DataError(f"subset index {int(bad[0])} is out of range for {self.data_id} ({len(self)} items)")
         labels = self.labels[indices]
-        return ArrayDataset(self.images[indices], labels,
-                            data_id if data_id is not None else f"{self.data_id}[subset:{len(labels)}]",
-                            self.classes)
+        if data_id is None:
+            data_id = self.data_id + subset_tag(picked_indices(len(self), indices, self.data_id))
+        return ArrayDataset(self.images[indices], labels, data_id, self.classes)

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from ..errors import DataError, SpecError
 from .arrays import Indices, to_chw_tensor
 from .idx import PathLike
+from .subsets import subset_tag
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder"]
 
@@ -104,5 +105,5 @@ class ImageFolder(Dataset):
         new = copy.copy(self)
         new.samples = [self.samples[i] for i in picked]
         new.labels = self.labels[np.asarray(picked, dtype=np.int64)]
-        new.data_id = data_id if data_id is not None else f"{self.data_id}[subset:{len(picked)}]"
+        new.data_id = data_id if data_id is not None else self.data_id + subset_tag(np.asarray(picked, dtype=np.int64))
         return new
