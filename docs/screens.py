@@ -8,7 +8,7 @@ temporary store (the demo's store has no zoo). Each page is saved, downscaled to
 wide, as ``docs/assets/screens/<name>.png``.
 
 Usage (after ``make demo``; needs ``/usr/bin/chromium`` and the ``playwright`` package, which
-``make test`` installs)::
+``make test`` installs; it uses the browser tests' helpers in ``tests/browser.py``)::
 
     .venv/bin/python docs/screens.py [STORE] [--url URL] [--only NAME ...]
 
@@ -22,13 +22,18 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
 import tempfile
-import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
 from PIL import Image
+
+# the browser helpers the interface's browser tests use (slot ids, serving a store, waiting for
+# text, locating plot points and disk cells)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from browser import disk_cell_point, plot_point, served, slot, wait_text  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "assets" / "screens"
 CHROMIUM = "/usr/bin/chromium"
@@ -42,30 +47,17 @@ GROUPS = {
 }
 
 
-def slot(kind: str, i: int) -> str:
-    """CSS selector of the Dash pattern-matching component ``{"index": i, "type": kind}``."""
-    return "[id='{\"index\":" + str(i) + ",\"type\":\"" + kind + "\"}']"
-
-
 @contextmanager
 def serve(home: Path) -> Iterator[str]:
     """The interface on the store at ``home`` on a free loopback port; yields its URL. The store is
     opened by its folder name from its parent folder, so that the page's header names it as
     ``orbitscope serve`` run next to it would (``store orbitscope-runs``), not by a full path."""
-    from orbitscope.app import create_app, make_server
-
     here = Path.cwd()
     home = home.resolve()
     os.chdir(home.parent)
     try:
-        server = make_server(create_app(Path(home.name)), "127.0.0.1", 0)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_port}/"
-        finally:
-            server.shutdown()
-            thread.join(timeout=10)
+        with served(Path(home.name)) as url:
+            yield url
     finally:
         os.chdir(here)
 
@@ -85,64 +77,10 @@ def browser_page() -> Iterator[Any]:
             browser.close()
 
 
-def wait_text(pg: Any, selector: str, pattern: str) -> str:
-    """Wait until the element's text matches the regex ``pattern``; return the text."""
-    handle = pg.wait_for_function("([sel, pat]) => { const e = document.querySelector(sel);"
-                                  " return e && new RegExp(pat).test(e.textContent) && e.textContent; }",
-                                  arg=[selector, pattern])
-    return handle.json_value()
-
-
 def wait_graph(pg: Any, graph: str, test: str) -> None:
     """Wait until the plotly graph inside ``graph`` has a trace ``t`` for which ``test`` holds."""
     pg.wait_for_function("([g, test]) => { const d = document.querySelector(g + ' .js-plotly-plot');"
                          " return d && d.data && d.data.some(t => eval(test)); }", arg=[graph, test])
-
-
-def settled(pg: Any, script: str, arg: Any) -> tuple[float, float]:
-    """Page coordinates that ``script(arg)`` returns, once they stop moving (plotly first draws
-    at a default size, then fits its container)."""
-    last = None
-    for _ in range(100):
-        pg.wait_for_timeout(200)
-        now = pg.evaluate(script, arg)
-        if now and last and max(abs(a - b) for a, b in zip(now, last)) < 0.5:
-            return now[0], now[1]
-        last = now
-    raise RuntimeError(f"the plot did not settle ({arg})")
-
-
-def plot_point(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
-    """Page coordinates of the data point (x, y) in the first subplot of a cartesian graph."""
-    return settled(pg, """([graph, x, y]) => {
-        const gd = document.querySelector(graph + ' .js-plotly-plot');
-        if (!gd || !gd._fullLayout || !gd._fullLayout.xaxis) return null;
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
-        return [r.left + xa._offset + xa.d2p(x), r.top + ya._offset + ya.d2p(y)];
-    }""", [graph, x, y])
-
-
-def disk_cell(pg: Any, series: str, plane: str, phi: float, psi: float) -> tuple[float, float]:
-    """Page coordinates of a point inside the disk cell (axis angle φ, rotation angle ψ) of
-    ``series``'s ``plane`` disk in the aggregate plot."""
-    return settled(pg, """([series, plane, phi, psi]) => {
-        const gd = document.querySelector('#aggregate .js-plotly-plot');
-        if (!gd || !gd.data) return null;
-        const ti = gd.data.findIndex(t => t.type === 'barpolar' && t.meta && t.meta.series === series
-                                        && t.meta.plane === plane);
-        if (ti < 0) return null;
-        const k = gd.data[ti].customdata.findIndex(c => c[0] === phi && c[1] === psi);
-        const group = [...gd.querySelectorAll('g.trace.bars')].find(g => g.__data__ && g.__data__[0]
-                                                                         && g.__data__[0].trace.index === ti);
-        const path = group && [...group.querySelectorAll('path')].find(p => p.__data__ && p.__data__.i === k);
-        if (!path) return null;
-        const box = path.getBBox(), ctm = path.getScreenCTM();
-        for (const [fx, fy] of [[.5, .5], [.4, .5], [.6, .5], [.5, .4], [.5, .6], [.3, .3], [.7, .7]]) {
-            const p = new DOMPoint(box.x + fx * box.width, box.y + fy * box.height);
-            if (path.isPointInFill(p)) { const s = p.matrixTransform(ctm); return [s.x, s.y]; }
-        }
-        return null;
-    }""", [series, plane, phi, psi])
 
 
 def save(pg: Any, name: str) -> Path:
@@ -241,7 +179,7 @@ def pointcloud(pg: Any, url: str) -> None:
     pg.evaluate("document.activeElement && document.activeElement.blur()")
     pg.wait_for_timeout(2000)
     wait_graph(pg, "#aggregate", "t.type === 'barpolar'")
-    pg.mouse.click(*disk_cell(pg, "pointnet-nero", "xz", 120.0, 90.0))
+    pg.mouse.click(*disk_cell_point(pg, "pointnet-nero", "xz", 120.0, 90.0))
     wait_text(pg, "#detail-title", r"xz plane, axis_angle 120°, rotation_angle 90°$")
     wait_graph(pg, "#detail-cloud", "t.meta && t.meta.role === 'cloud'")
     pg.wait_for_timeout(3000)

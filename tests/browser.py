@@ -101,3 +101,37 @@ def plot_point(pg: Any, graph: str, x: float, y: float) -> tuple[float, float]:
 def trace_metas(pg: Any, graph: str) -> list[dict[str, Any]]:
     """The ``meta`` of every trace of the plotly graph inside ``graph`` (roles, boxes, ...)."""
     return pg.evaluate("(g) => document.querySelector(g + ' .js-plotly-plot').data.map(t => t.meta || {})", graph)
+
+
+def disk_cell_point(pg: Any, series: str, plane: str, phi: float, psi: float) -> tuple[float, float]:
+    """Page coordinates of a point inside the disk cell (φ, ψ) of ``series``'s ``plane`` disk of
+    the aggregate plot (a point in the cell's drawn wedge), once the plot stops moving."""
+    script = """([series, plane, phi, psi]) => {
+        const gd = document.querySelector('#aggregate .js-plotly-plot');
+        if (!gd || !gd.data) return null;
+        const ti = gd.data.findIndex(t => t.type === 'barpolar' && t.meta && t.meta.series === series
+                                        && t.meta.plane === plane);
+        if (ti < 0) return null;
+        const k = gd.data[ti].customdata.findIndex(c => c[0] === phi && c[1] === psi);
+        const group = [...gd.querySelectorAll('g.trace.bars')].find(g => g.__data__ && g.__data__[0]
+                                                                         && g.__data__[0].trace.index === ti);
+        const path = group && [...group.querySelectorAll('path')].find(p => p.__data__ && p.__data__.i === k);
+        if (!path) return null;
+        const box = path.getBBox(), ctm = path.getScreenCTM();
+        const tries = [];
+        for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) tries.push([i / 10, j / 10]);
+        tries.sort((a, b) => Math.hypot(a[0] - .5, a[1] - .5) - Math.hypot(b[0] - .5, b[1] - .5));
+        for (const [fx, fy] of tries) {
+            const p = new DOMPoint(box.x + fx * box.width, box.y + fy * box.height);
+            if (path.isPointInFill(p)) { const s = p.matrixTransform(ctm); return [s.x, s.y]; }
+        }
+        return null;
+    }"""
+    last = None
+    for _ in range(50):
+        pg.wait_for_timeout(200)
+        now = pg.evaluate(script, [series, plane, phi, psi])
+        if now and last and max(abs(a - b) for a, b in zip(now, last)) < 0.5:
+            return now[0], now[1]
+        last = now
+    raise AssertionError("the disk did not settle")

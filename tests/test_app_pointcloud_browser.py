@@ -23,7 +23,7 @@ from scipy.spatial.transform import Rotation as R
 import orbitscope as osc
 from orbitscope.results.store import Store
 
-from browser import chromium_page, needs_chromium, served as served_app, shot, slot, wait_text
+from browser import chromium_page, disk_cell_point, needs_chromium, served as served_app, shot, slot, wait_text
 from helpers import TinyNet
 from test_app_pointcloud import StoredPointNet, build_pointcloud_store, nero_rotation, probabilities
 
@@ -48,40 +48,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 def page(served: Any) -> Iterator[Any]:
     with chromium_page() as pg:
         yield pg
-
-
-def _disk_cell_point(pg: Any, series: str, plane: str, phi: float, psi: float) -> tuple[float, float]:
-    """Page coordinates of a point inside the disk cell (φ, ψ) of ``series``'s ``plane`` disk of
-    the aggregate plot (a point in the cell's drawn wedge), once the plot stops moving."""
-    script = """([series, plane, phi, psi]) => {
-        const gd = document.querySelector('#aggregate .js-plotly-plot');
-        if (!gd || !gd.data) return null;
-        const ti = gd.data.findIndex(t => t.type === 'barpolar' && t.meta && t.meta.series === series
-                                        && t.meta.plane === plane);
-        if (ti < 0) return null;
-        const k = gd.data[ti].customdata.findIndex(c => c[0] === phi && c[1] === psi);
-        const group = [...gd.querySelectorAll('g.trace.bars')].find(g => g.__data__ && g.__data__[0]
-                                                                         && g.__data__[0].trace.index === ti);
-        const path = group && [...group.querySelectorAll('path')].find(p => p.__data__ && p.__data__.i === k);
-        if (!path) return null;
-        const box = path.getBBox(), ctm = path.getScreenCTM();
-        const tries = [];
-        for (let i = 1; i < 10; i++) for (let j = 1; j < 10; j++) tries.push([i / 10, j / 10]);
-        tries.sort((a, b) => Math.hypot(a[0] - .5, a[1] - .5) - Math.hypot(b[0] - .5, b[1] - .5));
-        for (const [fx, fy] of tries) {
-            const p = new DOMPoint(box.x + fx * box.width, box.y + fy * box.height);
-            if (path.isPointInFill(p)) { const s = p.matrixTransform(ctm); return [s.x, s.y]; }
-        }
-        return null;
-    }"""
-    last = None
-    for _ in range(50):
-        pg.wait_for_timeout(200)
-        now = pg.evaluate(script, [series, plane, phi, psi])
-        if now and last and max(abs(a - b) for a, b in zip(now, last)) < 0.5:
-            return now[0], now[1]
-        last = now
-    raise AssertionError("the disk did not settle")
 
 
 def _traces(pg: Any, graph: str) -> list[dict[str, Any]]:
@@ -124,7 +90,7 @@ def test_pointcloud_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> 
                            " return g && g.data && g.data.filter(t => t.type === 'barpolar').length === 6; }")
 
     # click the xz disk's cell (120°, 90°) of net-a
-    page.mouse.click(*_disk_cell_point(page, "net-a-so3_nero", "xz", PHI, PSI))
+    page.mouse.click(*disk_cell_point(page, "net-a-so3_nero", "xz", PHI, PSI))
     wait_text(page, "#detail-title", rf"^sample {sample} · label {sample % 3} · {WHERE}$")
     wait_text(page, "#live-title", rf"^live re-evaluation at any rotation · from {WHERE}$")  # the live controls follow
     cloud = store.load(ids[("so3_nero", "net-a")]).data["input_points"].sel(sample=sample).values.astype(np.float64)
