@@ -27,12 +27,12 @@ Units: LEE is in (output unit)² per (generator unit)², e.g. logit² / radian²
 ``rotation``; see :mod:`orbitscope.lie.generators` for the units of ``t``.
 
 Layer attribution (the paper's decomposition): for a model that is a composition of layers,
-``L_X (f_L ∘ … ∘ f_1) = Σ_i J_{>i} · (L_X f_i)``. Every call of a leaf module ``i`` gets its
-own defect ``δ_i = (tangent of its output) − X(output)`` (the tangent it would have had, had it been
-equivariant), and ``c_i = J_{>i} δ_i`` is its contribution to the end-to-end ``L_X f``. The
-contributions are computed **exactly**, one forward-mode pass per leaf-module call (no estimator,
-so no variance), and add up to the end-to-end derivative: Σ_i c_i = L_X f to float precision
-(checked per batch). Operations outside leaf modules (``torch.relu``, reshapes, padding) count
+``L_X (f_L ∘ … ∘ f_1) = Σ_i J_{>i} · (L_X f_i)``. Every call of a leaf module ``i`` has its own
+defect ``δ_i = (tangent of its output, given equivariant tangents X(h) on its inputs) − X(output)``,
+and ``c_i = J_{>i} δ_i`` is its contribution to the end-to-end ``L_X f``. The contributions are
+computed **exactly**, one forward-mode pass per leaf-module call (no estimator, so no variance;
+see :func:`_layer_terms` for how skip connections are handled), and add up to the end-to-end
+derivative: Σ_i c_i = L_X f to float precision. Operations outside leaf modules (``torch.relu``, reshapes, padding) count
 with the module that consumes their output; what happens after the last module's output is its
 own term, ``"(output)"``. Intermediate feature maps (B, C, h, w) carry the spatial part of the
 generator on their own grid (a translation by t input pixels moves an h × w map by t·w/W);
@@ -189,15 +189,14 @@ class LieTerms:
 
 
 class _Hooks:
-    """Forward hooks on every leaf module that rewrite the tangent of its output (see the module
-    docstring): calls before ``focus`` get ``X(output)``, call ``focus`` keeps only its defect
-    ``tangent − X(output)``, later calls are left alone. ``focus = None`` records the calls and
-    rewrites nothing (the end-to-end pass); ``focus = len(calls)`` resets every call."""
+    """Forward hooks on every leaf module that rewrite the tangent of a call's output to the
+    equivariant one, ``X(output)``, for the calls before ``reset_below`` (see :func:`_layer_terms`);
+    ``reset_below = None`` records the calls and rewrites nothing."""
 
     def __init__(self, model: nn.Module, generator: Generator, step: float, frame: tuple[int, int],
                  out_tangent: Callable[[Tensor], Tensor]) -> None:
         self.generator, self.step, self.frame, self.out_tangent = generator, step, frame, out_tangent
-        self.focus: int | None = None
+        self.reset_below: int | None = None
         self.calls: list[str] = []
         self.x_cache: list[Tensor | None] = []
         self.output_call: int | None = None  # the call whose output is the model's output
@@ -217,20 +216,17 @@ class _Hooks:
             i = self.count
             self.count += 1
             primal, tan = fwAD.unpack_dual(out)
-            if self.focus is None:  # recording pass
+            if self.reset_below is None:  # recording pass
                 self.calls.append(name)
                 self.ptrs.append(primal.data_ptr())
                 self.x_cache.append(None)
                 return None
-            if i > self.focus or tan is None:
+            if i >= self.reset_below or tan is None:
                 return None
             if self.x_cache[i] is None:
-                x = self.out_tangent(primal) if i == self.output_call else \
+                self.x_cache[i] = self.out_tangent(primal) if i == self.output_call else \
                     _feature_tangent(primal, self.generator, self.step, self.frame)
-                self.x_cache[i] = x
-            x = self.x_cache[i]
-            new = x.to(tan.dtype) if i < self.focus else tan - x.to(tan.dtype)
-            return fwAD.make_dual(primal, new)
+            return fwAD.make_dual(primal, self.x_cache[i].to(tan.dtype))  # type: ignore[union-attr]
         return hook
 
 
@@ -307,10 +303,15 @@ def _strip(outputs: Any) -> Any:
 
 def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, outputs: Any, x_out: Tensor,
                  derivative: Tensor) -> LieTerms:
-    hooks.focus, hooks.count = None, 0
-    _, _, ptr = _jvp(forward, x, v)  # records the calls
-    ptr = ptr if isinstance(outputs, Tensor) else None
-    hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None)
+    """Contributions by resetting prefixes of the calls: with ``S_m`` the output's tangent when
+    calls ``0 … m−1`` carry the equivariant tangent ``X(y)`` and later calls propagate freely,
+    call ``k`` contributes ``c_k = S_k − S_{k+1}`` (paths that bypass call k, e.g. skip
+    connections, are the same in both and cancel) and the output term is ``S_n − X_out f``;
+    ``S_0 − X_out f = L_X f``, so the contributions add up to the end-to-end derivative."""
+    hooks.reset_below, hooks.count = None, 0
+    _, s_prev, ptr = _jvp(forward, x, v)  # S_0, recording the calls
+    hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
+        if isinstance(outputs, Tensor) else None
     names: list[str] = []
     index: dict[str, int] = {}
     for name in hooks.calls:
@@ -319,12 +320,13 @@ def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: 
             names.append(name)
     names.append("(output)")
     contributions = torch.zeros((x_out.shape[0], len(names), x_out.shape[1]), dtype=torch.float64, device=x_out.device)
-    for focus in range(len(hooks.calls) + 1):
-        hooks.focus, hooks.count = focus, 0
-        _, tan, _ = _jvp(forward, x, v)
-        c = tan.double() - (x_out if focus == len(hooks.calls) else 0.0)
-        slot = index[hooks.calls[focus]] if focus < len(hooks.calls) else len(names) - 1
-        contributions[:, slot] += c
+    s_prev = s_prev.double()
+    for m in range(1, len(hooks.calls) + 1):
+        hooks.reset_below, hooks.count = m, 0
+        _, s_m, _ = _jvp(forward, x, v)
+        contributions[:, index[hooks.calls[m - 1]]] += s_prev - s_m.double()
+        s_prev = s_m.double()
+    contributions[:, -1] = s_prev - x_out
     total = contributions.sum(1)
     return LieTerms(derivative, derivative.pow(2).sum(1), names, contributions.pow(2).sum(2), total)
 
