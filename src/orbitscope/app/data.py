@@ -32,6 +32,7 @@ from torch import nn
 from ..analysis.nero import MODEL_COLOURS
 from ..analysis.ranking import Ranking, rank_differences, rank_samples
 from ..analysis.reduce import METHODS, Embedding, embed, orbit_statistic
+from ..lie.run import is_lee_run
 from ..results.result import OrbitResult
 from ..results.store import RunRecord, Store, StoreError
 from .state import Selection
@@ -210,6 +211,8 @@ class AppData:
         """Comparable runs, grouped by data, orbit and task (in order of first creation)."""
         members: dict[str, list[RunRecord]] = {}
         for rec in self.catalog().values():
+            if is_lee_run(rec):  # LEE runs have their own page (orbitscope.app.lee_page)
+                continue
             members.setdefault(_group_key(rec), []).append(rec)
         out = []
         for key, recs in members.items():

@@ -17,6 +17,7 @@ from dash import dcc, html
 from ..analysis.reduce import METHODS
 from .data import MAX_MODELS, AppData, AppError
 from .callbacks import N_LIVE
+from ..lie.run import is_lee_run
 from .labelling_logic import has_zoo_models
 
 __all__ = ["build_layout", "slot_id", "aggregate_options"]
@@ -101,6 +102,13 @@ def _live_slot(j: int) -> html.Div:
     ])
 
 
+def _has_lee_runs(data: AppData) -> bool:
+    try:
+        return any(is_lee_run(r) for r in data.catalog().values())
+    except AppError:
+        return False
+
+
 def build_layout(data: AppData) -> html.Div:
     """The whole page (built per page load, so new runs appear on reload)."""
     selectors, problem = _selectors(data)
@@ -123,6 +131,8 @@ def build_layout(data: AppData) -> html.Div:
         html.Span(f" · NERO interface · store {data.home}", style={"color": "#666"}),
         *([html.A("label models →", id="label-link", href="/label/", style={"fontSize": "13px"})]
           if has_zoo_models(data.store) else []),
+        *([html.A("Lie derivative (LEE) →", id="lee-link", href="/lee/", style={"fontSize": "13px"})]
+          if _has_lee_runs(data) else []),
         html.Div(problem or "", id=STATUS, style={"color": "#B00020", "marginLeft": "auto", "fontSize": "13px"}),
     ], style={"display": "flex", "alignItems": "baseline", "gap": "8px", "marginBottom": "6px"})
     aggregate = html.Div(dcc.Graph(id=AGGREGATE, config={"displaylogo": False}), style=_CARD)

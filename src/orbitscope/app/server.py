@@ -21,6 +21,7 @@ from ..results.store import Store
 from . import callbacks as cb
 from .data import MAX_MODELS, AppData
 from .labelling import mount_labelling
+from .lee_page import mount_lee_page
 from .layout import (
     AGGREGATE, COLOUR, COMPARE, COMPARE_ROW, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC,
     MODELS, RANK_BY, SELECTION, SIMULTANEOUS, STATUS, SUBSET, build_layout,
@@ -232,6 +233,7 @@ def create_app(home: str | os.PathLike[str] | None = None, *, data: AppData | No
         VIEWS.get(kind).register_callbacks(app, data)
     app.server.config["orbitscope_data"] = data
     mount_labelling(app, data.home)  # /label/: records human labels in the store's model database
+    mount_lee_page(app, data)  # /lee/: the store's LEE runs
     _install_guards(app)
     return app
 

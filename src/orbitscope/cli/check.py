@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.markup import escape
 
-from .common import HomeOption, TrustOption, console, err_console, evaluate_spec
+from .common import HomeOption, TrustOption, console, err_console, evaluate_spec, load_orbit_run
 from ..stats.gate import DEFAULT_MAX_DROP
 
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
@@ -73,7 +73,7 @@ def stored_run(ref: str, home: Path | None, role: str) -> "OrbitResult | None":
         why = "a folder" if Path(ref).is_dir() else "no such file"
         raise StoreError(f"{role} {ref!r} is not a model file ({why}), not a 'package.module:factory' spec, and not "
                          f"a stored run: {exc}") from None
-    result = store.load(record.run_id)
+    result = load_orbit_run(store, record.run_id)
     console.print(f"run [bold]{escape(record.run_id)}[/] ({escape(ref)}, from the store)")
     return result
 

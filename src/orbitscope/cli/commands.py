@@ -1,5 +1,6 @@
 """Command-line interface: ``orbitscope demo | evaluate | sweep | runs | plot | report | serve`` (and
-``zoo``, ``assess``, ``robust``, and the statistics gate ``check`` and planner ``plan``)."""
+``zoo``, ``assess``, ``robust``, the statistics gate ``check`` and planner ``plan``, and ``lee``, the
+Lie derivative)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from .common import (HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, parse_optimize,
-                     progress_bar)
+from .common import (HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, load_orbit_run,
+                     parse_optimize, progress_bar)
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -196,7 +197,15 @@ def runs_show(run: str = typer.Argument(..., help="Run id, unique id prefix, or 
     console.print(f"  {'task':14s} {json.dumps(rec.task)}")
     console.print(f"  {'versions':14s} {json.dumps(rec.attrs.get('versions'))}")
     result = store.load(rec.run_id, allow_partial=not rec.complete)
-    if result.n_samples:
+    from ..lie.run import is_lee_run
+
+    if result.n_samples and is_lee_run(rec):
+        from ..lie.summary import layer_shares, lee_rows
+        from .lee import print_lee_rows
+
+        rows = lee_rows(result)
+        print_lee_rows(rows, {r["generator"]: layer_shares(result, r["generator"]) for r in rows})
+    elif result.n_samples:
         _print_summary([result])
 
 
@@ -234,7 +243,7 @@ def plot(
     from ..results.store import Store
 
     store = Store(home, create=False)
-    results = [store.load(r) for r in runs]
+    results = [load_orbit_run(store, r) for r in runs]
     if metric is None:
         first = results[0]
         metric = "confidence" if kind in ("individual", "embedding") and "confidence" in first.data else first.primary_metric()
@@ -322,7 +331,7 @@ def report(
             raise FileNotFoundError(f"{fragment} not found; run 'orbitscope robust compare -o {robustness}' first")
         sections.append(fragment.read_text(encoding="utf-8"))
     store = Store(home, create=False)
-    results = [store.load(r) for r in runs]
+    results = [load_orbit_run(store, r) for r in runs]
     path = write_report(results, output, metric=metric, method=method, title=title, extra_sections=sections)
     console.print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
@@ -495,6 +504,8 @@ app.command("sweep")(sweep_command)
 from .check import check_command, plan_command  # noqa: E402
 app.command("check")(friendly_errors(check_command))
 app.command("plan")(friendly_errors(plan_command))
+from .lee import lee_command  # noqa: E402
+app.command("lee")(friendly_errors(lee_command))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -174,6 +174,19 @@ def evaluate_spec(
     return run
 
 
+def load_orbit_run(store: Any, ref: str) -> Any:
+    """The orbit evaluation stored as ``ref`` (id, id prefix or name) in ``store``; a SpecError
+    that says where to look when ``ref`` is a Lie-derivative (LEE) run instead."""
+    from ..errors import SpecError
+    from ..lie.run import is_lee_run
+
+    rec = store.get_run(ref)
+    if is_lee_run(rec):
+        raise SpecError(f"run {rec.run_id} ({rec.name}) is a Lie-derivative (LEE) run, not an orbit evaluation: "
+                        f"`orbitscope runs show {rec.run_id}` prints its table, and `orbitscope serve` shows it at /lee/")
+    return store.load(rec.run_id)
+
+
 def executor_from_options(executor: str | None, address: str | None, workers: int | None,
                           defaults: dict[str, Any] | None = None) -> Any:
     """The executor the ``--executor/--address/--workers`` options name (None: local)."""

@@ -41,6 +41,7 @@ from ..tasks.detection import Detection
 from ..training.detection import DetectorRecipe, cached_detector, detection_training_data, detector_cache_path
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
+from .lee import LEE_SAMPLES, LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
 from .detection_summary import dataset_heatmaps, headline_rows
 
@@ -99,7 +100,7 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
         say(f"the {TEST_SCENES} held-out scenes hold {len(test)} key objects, fewer than the {n_objects} asked for")
     test = test.subset(range(min(n_objects, len(test))))
     orbit = parse_orbit(SCENE_ORBIT)
-    runs, names = [], list(DETECTORS)
+    runs, names, lee_models = [], list(DETECTORS), []
     for name, r in DETECTORS.items():
         model, _ = cached_detector(r, cache)
         t0 = time.perf_counter()
@@ -108,11 +109,17 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
                              store=store, name=name, model_name=name, optimize=True, batch_size=50,
                              executor=ProcessExecutor(workers=2, threads=1), progress=progress))
         demo.seconds[f"evaluate {name}"] = time.perf_counter() - t0
+        lee_models.append(LeeModel(name, model, runs[-1], {"view_size": (r.view, r.view)}))
     demo.runs["scenes"] = runs
     demo.summaries["scenes"] = with_invariance(headline_rows(runs, names), runs, "conf_iou")
     demo.summaries["scenes contrast"] = contrast_rows(runs, names, [(names[0], names[1])], ("conf_iou",))
+    # LEE with layers costs a forward-mode pass per layer call: 50 key objects, horizontal shifts
+    lee = lee_section(store, lee_models, test, Detection(ground_truth="key"), ["translate_x"], "conf_iou",
+                      out / "scenes", n=LEE_SAMPLES // 2, say=say, seconds=demo.seconds)
+    demo.summaries["scenes lee"] = lee.rows
+    demo.files.update({f"scenes {k}": v for k, v in lee.files.items()})
     demo.files.update(_write_scene_outputs(runs, names, out / "scenes", demo.summaries["scenes"],
-                                           demo.summaries["scenes contrast"]))
+                                           demo.summaries["scenes contrast"], [lee.html]))
 
     if photos and not opencv_examples_available():
         demo.skipped["photos"] = ("OpenCV's example photos are missing: install Debian's opencv-doc "
@@ -166,7 +173,7 @@ def _pretrained(demo: DetectionDemo, store: Store, out: Path, say: Callable[[str
 
 
 def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summary: list[dict[str, Any]],
-                         contrast: list[dict[str, Any]]) -> dict[str, Path]:
+                         contrast: list[dict[str, Any]], extra_sections: list[str]) -> dict[str, Path]:
     results = [r.result for r in runs]
     files = {
         "detection conf×IoU heatmaps": save_figure(nero_plot(results, "conf_iou", labels=names),
@@ -178,7 +185,8 @@ def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summar
     files["detection summary"] = write_csv(summary, folder / "summary.csv")
     files["detection contrast"] = write_csv(contrast, folder / "contrast.csv")
     files["detection report"] = write_report(results, folder / "report.html", labels=names,
-                                             title="orbitscope demo: detection, window shifts (0 % vs 100 % jitter)")
+                                             title="orbitscope demo: detection, window shifts (0 % vs 100 % jitter)",
+                                             extra_sections=extra_sections)
     return files
 
 

@@ -40,6 +40,7 @@ from ..results.tables import write_csv
 from ..tasks import Classification
 from ..training.recipes import EXTRA_RECIPES, TrainRecipe, cache_path, cached_reference_model
 from .common import contrast_rows, train_missing
+from .lee import LeeModel, lee_section
 
 __all__ = ["DemoCase", "DEMO_CASES", "DemoResult", "run_demo", "train_classifiers"]
 
@@ -98,6 +99,8 @@ class DemoResult:
     #: outcome per model (``checks.csv``), see :func:`whole_orbit_rows`
     comparisons: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     checks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: per dataset: the LEE rows of every model (``lee.csv``, :mod:`orbitscope.demos.lee`)
+    lee: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _train_one(recipe: TrainRecipe, cache_dir: str) -> str:
@@ -183,8 +186,14 @@ def run_demo(
         tests = invariance_tests([r.result for r in runs], "correct")
         result.summaries[case.name] = summary_rows([r.result for r in runs], list(case.models), invariance=tests)
         result.comparisons[case.name], result.checks[case.name] = whole_orbit_rows(case, runs)
+        lee = lee_section(store, [LeeModel(name, models[name], run) for name, run in zip(models, runs)], data,
+                          Classification(), ["rotation"], "confidence", out / case.name, say=say,
+                          seconds=result.seconds)
+        result.lee[case.name] = lee.rows
+        result.files.update({f"{case.name} {k}": v for k, v in lee.files.items()})
         result.files.update(_write_outputs(case, runs, out / case.name, result.summaries[case.name],
-                                           result.comparisons[case.name], result.checks[case.name], tests))
+                                           result.comparisons[case.name], result.checks[case.name], tests,
+                                           [lee.html]))
     if ml4ml:
         from .ml4ml import run_ml4ml_demo
 
@@ -219,7 +228,7 @@ def whole_orbit_rows(case: DemoCase, runs: list[Run], *, alpha: float = 0.05) ->
 
 def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[dict[str, Any]],
                    comparisons: list[dict[str, Any]], checks: list[dict[str, Any]],
-                   invariance: list[Any]) -> dict[str, Path]:
+                   invariance: list[Any], extra_sections: list[str]) -> dict[str, Path]:
     names = list(case.models)
     results = [r.result for r in runs]
     files = {
@@ -242,5 +251,5 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[
     files[f"{case.name} checks"] = write_csv(checks, folder / "checks.csv")
     files[f"{case.name} report"] = write_report(results, folder / "report.html", labels=names,
                                                 title=f"orbitscope demo: {case.name}, rotations 0…360°",
-                                                invariance=invariance)
+                                                invariance=invariance, extra_sections=extra_sections)
     return files

@@ -38,6 +38,7 @@ from ..tasks.flow import Flow
 from ..training.flow import FlowRecipe, cached_flow_model, flow_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
+from .lee import LEE_SAMPLES, LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
 
 __all__ = ["FLOW_RECIPES", "TEST_DATA", "PIVDemo", "run_piv_demo", "train_flow_models", "real_pairs", "element_rows"]
@@ -184,6 +185,13 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
     demo.runs["synthetic"] = runs
     demo.summaries["synthetic"] = with_invariance(element_rows(runs, names), runs, "epe")
     demo.summaries["synthetic contrast"] = contrast_rows(runs, names, CONTRASTS, ("epe",))
+    # Farnebäck runs in OpenCV (no derivatives through it): a symmetric difference, no layers
+    lee_models = [LeeModel(name, model, run, {"method": "difference"} if name == "farneback" else {})
+                  for (name, model), run in zip(models.items(), runs)]
+    lee = lee_section(store, lee_models, test, Flow(), ["rotation"], "epe", out / "synthetic", n=LEE_SAMPLES // 2,
+                      say=say, seconds=demo.seconds)
+    demo.summaries["synthetic lee"] = lee.rows
+    demo.files.update({f"piv {k}": v for k, v in lee.files.items()})
     results = [r.result for r in runs]
     folder = out / "synthetic"
     demo.files.update({
@@ -196,7 +204,8 @@ def run_piv_demo(home: str | Path | None = None, out_dir: str | Path = "demo-out
         "piv per flow type": _per_flow_type(results, names, sample_groups(results[0])["flow_type"],
                                             folder / "by_flow_type"),
         "piv report": write_report(results, folder / "report.html", labels=names,
-                                   title="orbitscope demo: PIV, D4 × time reversal (synthetic pairs)"),
+                                   title="orbitscope demo: PIV, D4 × time reversal (synthetic pairs)",
+                                   extra_sections=[lee.html]),
     })
 
     pairs, real_names, skipped = real_pairs()

@@ -45,6 +45,8 @@ from ..tasks.pointcloud import PointCloudClassification
 from ..training.pointcloud import PointCloudRecipe, cached_point_model, point_cache_path
 from ..viz.plot import nero_plot, save_figure
 from ..viz.report import write_report
+from ..lie.generators import SPATIAL
+from .lee import LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
 
 __all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "NERO_MODELS", "CONTRASTS", "run_pointcloud_demo", "train_point_models", "rotation_rows"]
@@ -166,6 +168,15 @@ def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "d
         results = [r.result for r in runs]
         folder = out / part
         what = f"NERO's SO(3) sample ({orbit_spec})" if part == "nero" else f"{orbit.size} near-uniform rotations"
+        if part == "uniform":
+            # per-point features carry no group action, so every layer attribution would name the
+            # first layer: LEE alone; DistanceNet detaches its input (a symmetric difference)
+            lee_models = [LeeModel(name, models[name], run, {"method": "difference"} if name == "distance" else
+                                   {"layers": False}) for name, run in zip(names, runs)]
+            lee = lee_section(store, lee_models, data, task, SPATIAL, "confidence", folder, say=say,
+                              seconds=demo.seconds)
+            demo.summaries["uniform lee"] = lee.rows
+            demo.files.update({f"pointcloud {k}": v for k, v in lee.files.items()})
         demo.files.update({
             f"pointcloud {part} accuracy": save_figure(nero_plot(results, "correct", labels=names),
                                                        folder / "nero_accuracy.png"),
@@ -174,6 +185,7 @@ def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "d
             f"pointcloud {part} summary": write_csv(demo.summaries[part], folder / "summary.csv"),
             f"pointcloud {part} contrast": write_csv(demo.summaries[f"{part} contrast"], folder / "contrast.csv"),
             f"pointcloud {part} report": write_report(results, folder / "report.html", labels=names,
-                                                      title=f"orbitscope demo: point clouds over {what}"),
+                                                      title=f"orbitscope demo: point clouds over {what}",
+                                                      extra_sections=[lee.html] if part == "uniform" else []),
         })
     return demo

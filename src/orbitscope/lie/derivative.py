@@ -179,6 +179,7 @@ class LieTerms:
             ``"(output)"``; empty when layers were not asked for.
         layer_lee: ``‖c_i‖²`` per sample and layer, (B, len(layers)) float64.
         layer_sum: ``Σ_i c_i`` per sample, (B, D) float64 (equals ``derivative`` to float precision).
+        layer_types: the class name of each layer's module (``""`` for ``"(output)"``).
     """
 
     derivative: Tensor
@@ -186,6 +187,7 @@ class LieTerms:
     layers: list[str]
     layer_lee: Tensor | None
     layer_sum: Tensor | None
+    layer_types: list[str] | None = None
 
 
 class _Hooks:
@@ -202,8 +204,9 @@ class _Hooks:
         self.output_call: int | None = None  # the call whose output is the model's output
         self.ptrs: list[int] = []
         self.count = 0
-        self.handles = [m.register_forward_hook(self._make(name)) for name, m in model.named_modules()
-                        if not list(m.children()) and name]
+        leaves = [(name, m) for name, m in model.named_modules() if not list(m.children()) and name]
+        self.types = {name: type(m).__name__ for name, m in leaves}
+        self.handles = [m.register_forward_hook(self._make(name)) for name, m in leaves]
 
     def close(self) -> None:
         for h in self.handles:
@@ -285,8 +288,10 @@ def _jvp(forward: Callable[[Tensor], Any], x: Tensor, v: Tensor) -> tuple[Any, T
             raise
         vec = output_vector(out)
         primal, tan = fwAD.unpack_dual(vec)
-        if tan is None:  # the output does not depend on the input
-            tan = torch.zeros_like(primal)
+        if tan is None:
+            raise ModelError("the model's output carries no forward-mode derivative with respect to its input: the "
+                             "model detaches it (.detach(), torch.no_grad(), a round trip through numpy) or ignores "
+                             "it; use method='difference' (a symmetric difference of the whole model)")
         plain = _strip(out)
     return plain, tan.detach().clone(), primal.data_ptr()
 
@@ -328,7 +333,8 @@ def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: 
         s_prev = s_m.double()
     contributions[:, -1] = s_prev - x_out
     total = contributions.sum(1)
-    return LieTerms(derivative, derivative.pow(2).sum(1), names, contributions.pow(2).sum(2), total)
+    return LieTerms(derivative, derivative.pow(2).sum(1), names, contributions.pow(2).sum(2), total,
+                    [hooks.types.get(n, "") for n in names])
 
 
 def _difference(forward: Callable[[Tensor], Any], task: Task, x: Tensor, gen: Generator, step: float,

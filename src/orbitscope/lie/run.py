@@ -187,19 +187,20 @@ def lie_derivative(
             lee = np.empty((b, len(gens)))
             layer_lee: np.ndarray | None = None
             layer_names: list[str] = []
+            layer_types: list[str] = []
             for j, g in enumerate(gens):
                 terms = lie_terms(model, task, x, g, context=context, normalize=norm, step=step, method=method,
                                   layers=layers)
                 lee[:, j] = terms.lee.cpu().numpy()
                 if terms.layer_lee is not None:
                     if layer_lee is None:
-                        layer_names = terms.layers
+                        layer_names, layer_types = terms.layers, terms.layer_types or []
                         layer_lee = np.empty((b, len(gens), len(layer_names)))
                     layer_lee[:, j] = terms.layer_lee.cpu().numpy()
             arrays = {"lee": lee} | ({"layer_lee": layer_lee} if layer_lee is not None else {})
             if layout is None:
                 layout = _layout(names, layer_names, arrays)
-                attrs["layers"] = layer_names
+                attrs["layers"], attrs["layer_types"] = layer_names, layer_types
             if st is not None:
                 if st.find_run(run_id) is None:
                     st.create_run(run_id, name=name, model_id=attrs["model_id"], data_id=source.data_id,

@@ -38,7 +38,8 @@ from .reduce_plots import scatter_plotly
 from ..results.result import OrbitResult, dataset_metrics
 from ..stats.invariance import InvarianceTest, format_p, invariance_test
 
-__all__ = ["write_report", "summary_rows", "non_equivariance", "invariance_tests", "MAX_DROP_COLUMN", "REPORT_CSS"]
+__all__ = ["write_report", "summary_rows", "non_equivariance", "invariance_tests", "MAX_DROP_COLUMN", "REPORT_CSS",
+           "html_table", "svg_figure"]
 
 REPORT_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;color:#222;padding:0 1rem}
@@ -133,7 +134,7 @@ def summary_rows(results: Sequence[OrbitResult], labels: Sequence[str], metric: 
     return rows
 
 
-def _table(rows: list[dict[str, Any]], formats: dict[str, Any] | None = None) -> str:
+def html_table(rows: list[dict[str, Any]], formats: dict[str, Any] | None = None) -> str:
     """An HTML table of ``rows``; floats with three decimals, or by ``formats[column](value)``."""
     formats = formats or {}
     cols = list(dict.fromkeys(k for r in rows for k in r))
@@ -242,12 +243,12 @@ def write_report(
 
     parts.append(f"<h1>{html.escape(title)}</h1><p class='note'>generated {time.strftime('%Y-%m-%d %H:%M')} by "
                  f"orbitscope {_version()}; every number below is read from the stored runs.</p>")
-    parts.append("<h2>Runs</h2>" + _table([{
+    parts.append("<h2>Runs</h2>" + html_table([{
         "model": lab, "run": r.attrs.get("run_id", ""), "model hash": r.attrs.get("model_hash", ""),
         "data": r.attrs.get("data_id", ""), "orbit": ", ".join(f"{d} × {r.data.sizes[d]}" for d in r.orbit_dims),
         "created": r.attrs.get("created", "")} for r, lab in zip(results, labels)]))
     p_column = _p_column(tests)
-    parts.append("<h2>Summary</h2>" + _table(summary_rows(results, labels, metric, invariance=tests),
+    parts.append("<h2>Summary</h2>" + html_table(summary_rows(results, labels, metric, invariance=tests),
                                              {p_column: lambda v: format_p(v).removeprefix("p = ")}) +
                  "<p class='note'>The aggregate plots below show two 95% bands. Filled: the pointwise interval of "
                  "each orbit element on its own (Wilson for accuracy, Student-t for means), which misses somewhere "
@@ -304,7 +305,7 @@ def write_report(
     return p
 
 
-def _svg(figure: Any) -> str:
+def svg_figure(figure: Any) -> str:
     """A matplotlib figure as inline SVG (self-contained, offline)."""
     buf = io.StringIO()
     figure.savefig(buf, format="svg", metadata={"Date": None})
@@ -344,7 +345,7 @@ def _whole_orbit_section(results: list[OrbitResult], labels: list[str], headline
                 continue
             out.append(f"<p><b>{html.escape(data.comparison['verdict'])}</b></p>")
             if drawn:
-                out.append(f"<div class='static'>{_svg(render(data))}</div>")
+                out.append(f"<div class='static'>{svg_figure(render(data))}</div>")
         if not drawn:
             out.append("<p class='note'>(the marks are drawn on polar and line plots; this orbit's layout gives the "
                        "verdicts only)</p>")

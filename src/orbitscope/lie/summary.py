@@ -1,0 +1,87 @@
+"""Summaries of LEE runs: the mean LEE per generator with its interval, each layer's share, and
+the rank agreement of per-sample LEE with a per-sample orbit measure.
+
+* ``lee_rows``: one row per generator: the mean LEE over samples with its Student-t interval
+  (:func:`orbitscope.aggregate`), the median, and the layer with the largest mean contribution
+  ``‖c_i‖²`` with its share of the layers' total (the shares of squared norms need not add to the
+  end-to-end LEE: the contributions' cross terms are left out, as in Gruver et al.'s layer plots);
+* ``layer_shares``: per layer, its mean ``‖c_i‖²`` as a fraction of the sum over layers;
+* ``orbit_spread``: per sample, the standard deviation of a metric over the orbit (how much the
+  sample's score moves over the whole orbit, NERO's view);
+* ``rank_agreement``: Spearman's ρ between two per-sample measures, with a 95 % interval from
+  Fisher's z with the variance 1.06 / (n − 3) of Fieller, Hartley & Pearson (1957, Biometrika 44).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from ..results.result import OrbitResult, aggregate
+
+__all__ = ["lee_rows", "layer_shares", "orbit_spread", "rank_agreement", "listed_attr"]
+
+
+def layer_shares(result: OrbitResult, generator: str) -> dict[str, float]:
+    """Layer -> its mean ``‖c_i‖²`` over samples as a fraction of the sum over layers (empty for a
+    run without layers)."""
+    if "layer_lee" not in result.data:
+        return {}
+    means = np.asarray(result.data["layer_lee"].sel(generator=generator).mean("sample").values, dtype=np.float64)
+    total = means.sum()
+    layers = [str(v) for v in result.data["layer"].values]
+    return {name: float(m / total) if total > 0 else 0.0 for name, m in zip(layers, means)}
+
+
+def lee_rows(result: OrbitResult, model: str | None = None, level: float = 0.95) -> list[dict[str, Any]]:
+    """One row per generator of a LEE run (see the module docstring)."""
+    agg = aggregate(result, "lee", level=level)
+    units = dict(zip(listed_attr(result, "generators"), listed_attr(result, "generator_units")))
+    rows = []
+    for g in [str(v) for v in result.data["generator"].values]:
+        a = agg.sel(generator=g)
+        values = np.asarray(result.data["lee"].sel(generator=g).values, dtype=np.float64)
+        row: dict[str, Any] = {"model": model or result.attrs.get("model_name"), "generator": g,
+                               "unit": f"output²/{units.get(g, '?')}²", "n": int(np.isfinite(values).sum()),
+                               "mean_lee": float(a["mean"]), "lee_lo": float(a["lower"]), "lee_hi": float(a["upper"]),
+                               "median_lee": float(np.nanmedian(values))}
+        shares = layer_shares(result, g)
+        if shares:
+            top = max(shares, key=shares.get)  # type: ignore[arg-type]
+            row.update(top_layer=top, top_layer_share=shares[top])
+        rows.append(row)
+    return rows
+
+
+def listed_attr(result: OrbitResult, key: str) -> list[Any]:
+    """A list-valued run attribute (stored as JSON in the result's attrs), ``[]`` when absent."""
+    value = result.attrs.get(key, [])
+    return list(json.loads(value) if isinstance(value, str) else value)
+
+
+def orbit_spread(result: OrbitResult, metric: str) -> np.ndarray:
+    """Per sample: the standard deviation of ``metric`` over every orbit element (NaNs ignored)."""
+    da = result.data[metric]
+    orbit_dims = [d for d in da.dims if d != "sample"]
+    values = np.asarray(da.values, dtype=np.float64).reshape(da.sizes["sample"], -1)
+    with np.errstate(invalid="ignore"):
+        return np.nanstd(values, axis=1) if orbit_dims else np.zeros(len(values))
+
+
+def rank_agreement(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float, int]:
+    """Spearman's ρ of two per-sample measures (pairs with a NaN dropped), with its interval
+    (see the module docstring): ``(rho, lo, hi, n)``; NaNs when fewer than 4 pairs."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    n = int(ok.sum())
+    if n < 4:
+        return float("nan"), float("nan"), float("nan"), n
+    rho = float(stats.spearmanr(a[ok], b[ok]).statistic)
+    if not np.isfinite(rho):
+        return float("nan"), float("nan"), float("nan"), n
+    z = np.arctanh(np.clip(rho, -0.999999, 0.999999))
+    half = stats.norm.ppf(0.5 + level / 2) * np.sqrt(1.06 / (n - 3))
+    return rho, float(np.tanh(z - half)), float(np.tanh(z + half)), n
