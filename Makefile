@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.orbitscope-installed
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test test-fast models venv datasets browser photos bench study clean docs
+.PHONY: demo test test-fast models venv datasets browser photos bench study study-lee clean docs
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -104,6 +104,13 @@ study: $(STAMP) datasets
 	  $(BIN)/orbitscope zoo train --family $$f --n $(STUDY_MEMBERS) --home $(STUDY_HOME) || exit 1; \
 	done
 	$(BIN)/orbitscope zoo export src/orbitscope/ml4ml/data/ml4ml_study.npz --home $(STUDY_HOME) \
+	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
+
+# LEE features of the study's models (orbitscope.ml4ml.lee_features): every member retrained from
+# its recipe into $(STUDY_HOME) (or read from there) and differentiated along its invariances;
+# resumable
+study-lee: $(STAMP) datasets
+	$(BIN)/orbitscope zoo lee src/orbitscope/ml4ml/data/ml4ml_lee.npz --home $(STUDY_HOME) --n $(STUDY_MEMBERS) \
 	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
 
 clean:

@@ -65,6 +65,8 @@ from .results.store import Store
 from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
 # whole-orbit statistics
 from .stats import check_result, compare_models, invariance_test, plan_samples, simultaneous_band
+# the Lie derivative (local equivariance error)
+from .lie import lie_derivative
 # models
 from .models.equivariant import P4CNN, symmetrize
 from .models.loading import load_model, load_user_model, save_model
@@ -97,6 +99,8 @@ __all__ = [
     "consensus_scores", "invariance_measures", "with_consensus",
     # whole-orbit statistics
     "simultaneous_band", "invariance_test", "compare_models", "plan_samples", "check_result",
+    # the Lie derivative
+    "lie_derivative",
     # models
     "P4CNN", "symmetrize", "ReferenceCNN", "SmallCNN", "fold_batchnorm", "model_hash", "optimize_for_inference",
     "load_model", "load_user_model", "save_model", "TrainRecipe", "cached_reference_model", "train_classifier",

@@ -411,14 +411,18 @@ def demo(
         for row in result.checks.get(case, []):
             console.print(f"  gate ({'pass' if row['passed'] else 'FAIL'}) {row['model']}: {row['reason']}",
                           highlight=False)
+        if result.lee.get(case):
+            print_lee_models(result.lee[case])
     for done, case, what, summaries in ((detection, "detection", "", lambda: det.summaries),
                                         (piv, "PIV", " (EPE, px)", lambda: flow_demo.summaries),
                                         (pointcloud, "point clouds", " (accuracy, true-class confidence)",
                                          lambda: cloud_demo.summaries)):
         for part, rows in (summaries().items() if done else ()):
-            console.rule(f"{case}: {part}{'' if part.endswith('contrast') else what}")
+            console.rule(f"{case}: {part}{'' if part.endswith(('contrast', 'lee')) else what}")
             if part.endswith("contrast"):
                 _print_contrasts(rows)
+            elif part.endswith("lee"):
+                print_lee_models(rows)
             else:
                 _print_rows(rows)
     if result.ml4ml is not None:
@@ -504,7 +508,7 @@ app.command("sweep")(sweep_command)
 from .check import check_command, plan_command  # noqa: E402
 app.command("check")(friendly_errors(check_command))
 app.command("plan")(friendly_errors(plan_command))
-from .lee import lee_command  # noqa: E402
+from .lee import lee_command, print_lee_models  # noqa: E402
 app.command("lee")(friendly_errors(lee_command))
 
 

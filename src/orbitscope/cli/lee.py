@@ -13,7 +13,7 @@ import typer
 
 from .common import HomeOption, TrustOption, console, engine_progress, parse_normalize, progress_bar
 
-__all__ = ["lee_command", "print_lee_rows"]
+__all__ = ["lee_command", "print_lee_rows", "print_lee_models"]
 
 
 def print_lee_rows(rows: list[dict[str, Any]], shares: dict[str, dict[str, float]]) -> None:
@@ -24,7 +24,7 @@ def print_lee_rows(rows: list[dict[str, Any]], shares: dict[str, dict[str, float
     for col in ("generator", "unit", "n", "mean LEE", "interval", "median", "top layer"):
         table.add_column(col)
     for r in rows:
-        top = f"{r['top_layer']} ({100 * r['top_layer_share']:.0f} %)" if "top_layer" in r else "-"
+        top = f"{r['top_layer']} ({100 * r['top_layer_share']:.0f} %)" if r.get("top_layer") else "-"
         table.add_row(r["generator"], r["unit"], str(r["n"]), f"{r['mean_lee']:.4g}",
                       f"[{r['lee_lo']:.4g}, {r['lee_hi']:.4g}]", f"{r['median_lee']:.4g}", top)
     console.print(table)
@@ -32,6 +32,23 @@ def print_lee_rows(rows: list[dict[str, Any]], shares: dict[str, dict[str, float
         if layer_share:
             best = sorted(layer_share.items(), key=lambda kv: -kv[1])[:5]
             console.print(f"{g}: " + ", ".join(f"{name} {100 * s:.1f} %" for name, s in best))
+
+
+def print_lee_models(rows: list[dict[str, Any]]) -> None:
+    """The demo's LEE rows (one per model and generator): mean with its interval, the top layer,
+    and Spearman's ρ against the orbit spread with its interval."""
+    from rich.table import Table
+
+    table = Table(title="LEE (mean, 95 % interval) and its rank agreement with the orbit (Spearman ρ)")
+    for col in ("model", "generator", "LEE", "interval", "top layer", "ρ vs orbit", "ρ interval"):
+        table.add_column(col)
+    for r in rows:
+        rho = next((v for k, v in r.items() if k.startswith("spearman_vs")), None)
+        top = f"{r['top_layer']} ({100 * r['top_layer_share']:.0f} %)" if r.get("top_layer") else "-"
+        table.add_row(str(r["model"]), r["generator"], f"{r['mean_lee']:.3g}", f"[{r['lee_lo']:.3g}, {r['lee_hi']:.3g}]",
+                      top, "-" if rho is None else f"{rho:.2f}",
+                      "-" if rho is None else f"[{r['spearman_lo']:.2f}, {r['spearman_hi']:.2f}]")
+    console.print(table)
 
 
 def lee_command(

@@ -1,4 +1,4 @@
-"""CLI for ML4ML: ``orbitscope zoo train | list | show | label | evaluate | fit`` and ``orbitscope assess``.
+"""CLI for ML4ML: ``orbitscope zoo train | lee | list | show | label | evaluate | fit`` and ``orbitscope assess``.
 
 Mounted on the main app by :mod:`orbitscope.cli.commands` (imported at its end, so the shared helpers
 below exist).
@@ -79,6 +79,27 @@ def zoo_train(
         err_console.print(f"[red]failed[/] {name}: {escape(why)}")
     if report.failed:
         raise typer.Exit(1)
+
+
+@zoo_app.command("lee")
+@friendly_errors
+def zoo_lee(
+    output: Path = typer.Argument(..., help="The LEE feature file to write (.npz)."),
+    family: list[str] = typer.Option(..., "--family", help="Zoo families (repeat), e.g. mnist-small-3."),
+    n: int = typer.Option(26, "--n", help="Members per family (0 … n−1)."),
+    workers: int = typer.Option(2, "--workers", help="Processes (one torch thread each)."),
+    home: Optional[Path] = HomeOption,
+) -> None:
+    """LEE features of zoo members for ML4ML's assessors (orbitscope.ml4ml.lee_features): each
+    member is retrained from its recipe (or read from the store's zoo cache) and differentiated
+    along its invariances' generators; resumes where it stopped."""
+    from ..ml4ml.lee_features import compute_zoo_lee
+    from ..results.store import Store
+
+    store = Store(home)
+    t0 = time.perf_counter()
+    path = compute_zoo_lee(family, n, store.home, output, workers=workers, say=lambda m: err_console.print(escape(m)))
+    console.print(f"wrote {path} in {time.perf_counter() - t0:.0f} s")
 
 
 @zoo_app.command("list")

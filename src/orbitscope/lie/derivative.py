@@ -23,8 +23,11 @@ How each part is computed:
   The step ``d`` moves the farthest pixel by :data:`STEP_PIXELS` (1e-3 px), well above float64
   rounding and far below the pixel spacing (:func:`default_step`).
 
-Units: LEE is in (output unit)² per (generator unit)², e.g. logit² / radian² for a classifier along
-``rotation``; see :mod:`orbitscope.lie.generators` for the units of ``t``.
+The output of a classifier is its class probabilities by default (:data:`Scores`), as in the
+authors' code (their end-to-end and layer-wise scripts both differentiate ``softmax(model(x))``).
+
+Units: LEE is in (output unit)² per (generator unit)², e.g. probability² / radian² for a classifier
+along ``rotation``; see :mod:`orbitscope.lie.generators` for the units of ``t``.
 
 Layer attribution (the paper's decomposition): for a model that is a composition of layers,
 ``L_X (f_L ∘ … ∘ f_1) = Σ_i J_{>i} · (L_X f_i)``. Every call of a leaf module ``i`` has its own
@@ -57,15 +60,20 @@ from ..kinds.base import get_kind
 from ..kinds.boxes import Boxes
 from ..kinds.image import warp_images
 from ..tasks.base import Task
+from ..tasks.classification import to_probabilities
 from .generators import Generator, get_generator
 
-__all__ = ["STEP_PIXELS", "Method", "default_step", "tangent", "output_vector", "LieTerms", "lie_terms", "check_generator"]
+__all__ = ["STEP_PIXELS", "Method", "Scores", "default_step", "tangent", "output_vector", "LieTerms", "lie_terms", "check_generator"]
 
 #: how far (pixels, or the data's length unit) the symmetric difference moves the farthest point
 STEP_PIXELS = 1e-3
 #: ``"jvp"``: forward-mode derivative through the model; ``"difference"``: symmetric difference of
 #: the whole composite ``ρ_out⁻¹ f ρ_in`` (for models without forward-mode derivatives, e.g. ONNX)
 Method = Literal["jvp", "difference"]
+#: A classifier's output as differentiated: ``"probabilities"`` (default: the class probabilities
+#: the task reads, a softmax of logits, as Gruver et al.'s code does; bounded and free of the
+#: logits' arbitrary scale and offset) or ``"raw"`` (the scores as the model returns them)
+Scores = Literal["probabilities", "raw"]
 
 
 def frame_radius(kind: str, x: Any, context: dict[str, Any]) -> float:
@@ -235,11 +243,12 @@ class _Hooks:
 
 def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generator, *, context: dict[str, Any] | None = None,
               normalize: Normalizer | None = None, step: float | None = None, method: Method = "jvp",
-              layers: bool = False) -> LieTerms:
+              layers: bool = False, scores: Scores = "probabilities") -> LieTerms:
     """The Lie derivative of ``model`` along ``generator`` on one prepared input batch ``x`` of
     ``task.input_kind`` (see the module docstring). ``context``: the action context (``image_size``
     of the input frame; ``view_size`` for a window over context; ``interpolation``/``padding``).
-    ``layers`` (``method="jvp"`` only): also the exact per-layer contributions."""
+    ``layers`` (``method="jvp"`` only): also the exact per-layer contributions. ``scores``: what a
+    classifier's output is differentiated as (see :data:`Scores`)."""
     gen = get_generator(generator)
     check_generator(gen, task.input_kind)
     ctx = dict(context or {})
@@ -251,8 +260,13 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
     view = _act(task.input_kind, x, gen, 0.0, ctx) if task.input_kind == "window" else x
     frame = tuple(view.shape[-2:]) if task.input_kind != "points" else (1, 1)
 
+    if scores not in ("probabilities", "raw"):
+        raise SpecError(f"scores must be 'probabilities' or 'raw', got {scores!r}")
+    as_probabilities = scores == "probabilities" and task.output_kind == "scores" and hasattr(task, "output")
+
     def forward(inp: Tensor) -> Any:
-        return task.read_outputs(model(norm(inp)))
+        out = task.read_outputs(model(norm(inp)))
+        return to_probabilities(out, task.output) if as_probabilities else out  # type: ignore[attr-defined]
 
     if method == "difference":
         if layers:

@@ -37,7 +37,7 @@ from ..results.store import Store, open_store
 from ..tasks.base import Task
 from ..tasks.classification import Classification
 from ..tasks.variables import Variable
-from .derivative import Method, check_generator, lie_terms
+from .derivative import Method, Scores, check_generator, lie_terms
 from .generators import PLANAR, SPATIAL, get_generator
 
 __all__ = ["lie_derivative", "is_lee_run", "LEE_VARIABLES", "default_generators"]
@@ -87,6 +87,7 @@ def lie_derivative(
     layers: bool = True,
     method: Method = "jvp",
     step: float | None = None,
+    scores: Scores = "probabilities",
     resume: bool = True,
     progress: Progress | None = None,
 ) -> Run:
@@ -109,6 +110,9 @@ def lie_derivative(
             derivatives such as ONNX sessions; no layer attribution).
         step: the symmetric difference's step in the generator's unit (default: the farthest
             pixel moves by 1e-3 px, :func:`orbitscope.lie.default_step`).
+        scores: a classifier's output as differentiated: ``"probabilities"`` (default, as
+            Gruver et al.) or ``"raw"`` (the scores as returned); see
+            :data:`orbitscope.lie.derivative.Scores`.
 
     Returns:
         A :class:`~orbitscope.Run` whose result has dims ``(sample, generator)`` (and ``layer``).
@@ -136,13 +140,15 @@ def lie_derivative(
     input_kind = get_kind(task.input_kind)
     mhash = model_hash(model)
     config = {
-        "measure": "lee", "result_format": 1, "model_hash": mhash,
+        "measure": "lee", "result_format": 2, "model_hash": mhash,
         "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
         "data_id": source.data_id, "n_samples": source.n, "task": task.spec(), "generators": names,
         "chunk_size": source.chunk_size, "normalize": norm.spec, "interpolation": interpolation, "padding": padding,
         "view_size": None if view_size is None else [int(v) for v in view_size], "layers": bool(layers),
         "method": method, "step": step,
     }
+    if scores != "probabilities":  # enters the identity only when not the default
+        config["scores"] = scores
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     model_name = model_name or getattr(model, "name", None) or type(model).__name__
     attrs = {
@@ -151,6 +157,7 @@ def lie_derivative(
         "task": task.spec(), "generators": names, "generator_units": [g.unit for g in gens],
         "orbit": {"kind": "lie", "generators": names}, "orbit_dims": ["generator"], "identity_index": -1,
         "normalize": norm.spec, "interpolation": interpolation, "padding": padding, "method": method, "step": step,
+        "scores": scores,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": str(device),
         "versions": {"torch": torch.__version__},
     }
@@ -190,7 +197,7 @@ def lie_derivative(
             layer_types: list[str] = []
             for j, g in enumerate(gens):
                 terms = lie_terms(model, task, x, g, context=context, normalize=norm, step=step, method=method,
-                                  layers=layers)
+                                  layers=layers, scores=scores)
                 lee[:, j] = terms.lee.cpu().numpy()
                 if terms.layer_lee is not None:
                     if layer_lee is None:

@@ -1,9 +1,9 @@
 """Summaries of LEE runs: the mean LEE per generator with its interval, each layer's share, and
 the rank agreement of per-sample LEE with a per-sample orbit measure.
 
-* ``lee_rows``: one row per generator: the mean LEE over samples with its Student-t interval
-  (:func:`orbitscope.aggregate`), the median, and the layer with the largest mean contribution
-  ``‖c_i‖²`` with its share of the layers' total (the shares of squared norms need not add to the
+* ``lee_rows``: one row per generator: the mean LEE over samples with its BCa bootstrap interval
+  (:func:`mean_interval_bca`; :func:`orbitscope.aggregate` gives the Student-t one), the median, and the layer with the largest mean contribution
+  ``‖c_i‖²`` with its share of the layers' total ("" and NaN for a run without layers) (the shares of squared norms need not add to the
   end-to-end LEE: the contributions' cross terms are left out, as in Gruver et al.'s layer plots);
 * ``layer_shares``: per layer, its mean ``‖c_i‖²`` as a fraction of the sum over layers;
 * ``orbit_spread``: per sample, the standard deviation of a metric over the orbit (how much the
@@ -20,9 +20,29 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from ..results.result import OrbitResult, aggregate
+from ..results.result import OrbitResult
 
-__all__ = ["lee_rows", "layer_shares", "orbit_spread", "rank_agreement", "listed_attr"]
+__all__ = ["mean_interval_bca", "lee_rows", "layer_shares", "orbit_spread", "rank_agreement", "listed_attr", "output_unit"]
+
+
+def mean_interval_bca(values: np.ndarray, level: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float]:
+    """The BCa bootstrap interval of the mean of ``values`` (NaNs dropped; scipy's
+    ``stats.bootstrap``, seeded): LEE is non-negative and heavy-tailed, where a Student-t
+    interval can reach below 0. ``(mean, mean)`` when the values are constant."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size < 2 or np.ptp(v) == 0:
+        m = float(v.mean()) if v.size else float("nan")
+        return m, m
+    res = stats.bootstrap((v,), np.mean, confidence_level=level, n_resamples=resamples, method="BCa",
+                          random_state=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # degenerate acceleration: the percentile interval
+        res = stats.bootstrap((v,), np.mean, confidence_level=level, n_resamples=resamples, method="percentile",
+                              random_state=np.random.default_rng(seed))
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return lo, hi
 
 
 def layer_shares(result: OrbitResult, generator: str) -> dict[str, float]:
@@ -38,22 +58,33 @@ def layer_shares(result: OrbitResult, generator: str) -> dict[str, float]:
 
 def lee_rows(result: OrbitResult, model: str | None = None, level: float = 0.95) -> list[dict[str, Any]]:
     """One row per generator of a LEE run (see the module docstring)."""
-    agg = aggregate(result, "lee", level=level)
     units = dict(zip(listed_attr(result, "generators"), listed_attr(result, "generator_units")))
+    out = output_unit(result)
     rows = []
     for g in [str(v) for v in result.data["generator"].values]:
-        a = agg.sel(generator=g)
         values = np.asarray(result.data["lee"].sel(generator=g).values, dtype=np.float64)
+        lo, hi = mean_interval_bca(values, level)
         row: dict[str, Any] = {"model": model or result.attrs.get("model_name"), "generator": g,
-                               "unit": f"output²/{units.get(g, '?')}²", "n": int(np.isfinite(values).sum()),
-                               "mean_lee": float(a["mean"]), "lee_lo": float(a["lower"]), "lee_hi": float(a["upper"]),
+                               "unit": f"{out}/{units.get(g, '?')}²", "n": int(np.isfinite(values).sum()),
+                               "mean_lee": float(np.nanmean(values)), "lee_lo": lo, "lee_hi": hi,
                                "median_lee": float(np.nanmedian(values))}
         shares = layer_shares(result, g)
-        if shares:
-            top = max(shares, key=shares.get)  # type: ignore[arg-type]
-            row.update(top_layer=top, top_layer_share=shares[top])
+        top = max(shares, key=shares.get) if shares else ""  # type: ignore[arg-type]
+        row.update(top_layer=top, top_layer_share=shares[top] if shares else float("nan"))
         rows.append(row)
     return rows
+
+
+def output_unit(result: OrbitResult) -> str:
+    """The squared unit of a LEE run's output: probability² for classifiers (the default scores),
+    (px/frame)² for flow, px² and score² for detections."""
+    task = result.attrs.get("task")
+    kind = (json.loads(task) if isinstance(task, str) else task or {}).get("kind")
+    if kind == "flow":
+        return "(px/frame)²"
+    if kind == "detection":
+        return "(px or score)²"
+    return "probability²" if result.attrs.get("scores", "probabilities") == "probabilities" else "score²"
 
 
 def listed_attr(result: OrbitResult, key: str) -> list[Any]:
