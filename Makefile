@@ -106,12 +106,13 @@ study: $(STAMP) datasets
 	$(BIN)/orbitscope zoo export src/orbitscope/ml4ml/data/ml4ml_study.npz --home $(STUDY_HOME) \
 	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
 
-# LEE features of the study's models (orbitscope.ml4ml.lee_features): every member retrained from
-# its recipe into $(STUDY_HOME) (or read from there) and differentiated along its invariances;
-# resumable
+# LEE features of the zoo `make study` built in $(STUDY_HOME) (orbitscope.ml4ml.lee_features; the
+# models are read from there), then the assessors on matrices vs LEE vs both
+# (benchmarks/ml4ml_lee.py); resumable
 study-lee: $(STAMP) datasets
-	$(BIN)/orbitscope zoo lee src/orbitscope/ml4ml/data/ml4ml_lee.npz --home $(STUDY_HOME) --n $(STUDY_MEMBERS) \
+	$(BIN)/orbitscope zoo lee $(STUDY_HOME)/ml4ml_lee.npz --home $(STUDY_HOME) --n $(STUDY_MEMBERS) \
 	  $(foreach f,$(STUDY_FAMILIES),--family $(f))
+	$(BIN)/python benchmarks/ml4ml_lee.py --home $(STUDY_HOME) --lee $(STUDY_HOME)/ml4ml_lee.npz
 
 clean:
 	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache site

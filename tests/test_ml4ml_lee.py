@@ -57,7 +57,7 @@ def test_compare_feature_sets_detects_planted_information(tmp_path, informative)
     study, path = planted(tmp_path, informative)
     meta, values = read_zoo_lee(path)
     assert values.shape[1:] == (1, len(LEE_FEATURES))
-    cmp = compare_feature_sets(study, "rotation", lee_file=path, assessors=("logistic_regression",), repeats=2)
+    cmp = compare_feature_sets(study, path, "rotation", assessors=("logistic_regression",), repeats=2)
     lee, matrices = cmp.report.mean("logistic_regression (LEE)"), cmp.report.mean("logistic_regression (matrices)")
     if informative:  # 3 standard deviations of separation: nearly perfect
         assert lee > 0.9

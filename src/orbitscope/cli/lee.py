@@ -68,7 +68,9 @@ def lee_command(
     normalize: Optional[str] = typer.Option(None, help="Model input normalisation 'MEAN,…/STD,…'."),
     device: str = typer.Option("cpu", help="Device for the actions and the model, e.g. cpu or cuda."),
     layers: bool = typer.Option(True, "--layers/--no-layers", help="Also attribute LEE to every leaf module "
-                                "(one forward-mode pass per module call)."),
+                                "(exactly: one forward-mode pass per module call)."),
+    probes: Optional[int] = typer.Option(None, "--probes", help="Estimate the layer attribution from this many "
+                                         "Gaussian probes instead (unbiased; cost independent of depth)."),
     method: str = typer.Option("jvp", help="jvp (forward-mode derivative through the model) or difference (a "
                                "symmetric difference of the whole model, for ONNX or models that detach inputs; "
                                "no layers)."),
@@ -107,7 +109,8 @@ def lee_command(
                              model_name=Path(model).stem if Path(model).is_file() else model.split(":")[-1],
                              batch_size=batch_size, device=device, normalize=parse_normalize(normalize),
                              interpolation=interpolation, padding=padding, view_size=view,
-                             layers=layers and method == "jvp", method=method, step=step,  # type: ignore[arg-type]
+                             layers=("probes" if probes else True) if layers and method == "jvp" else False,
+                             probes=probes or 64, method=method, step=step,  # type: ignore[arg-type]
                              resume=not force, progress=engine_progress(bar, f"{len(dataset)} samples"))
         elapsed = time.perf_counter() - t0
     console.print(f"run [bold]{run.run_id}[/] {'(reused from the store)' if run.reused else f'done in {elapsed:.1f} s'} "

@@ -207,6 +207,9 @@ class _Hooks:
                  out_tangent: Callable[[Tensor], Tensor]) -> None:
         self.generator, self.step, self.frame, self.out_tangent = generator, step, frame, out_tangent
         self.reset_below: int | None = None
+        self.record_defects = False  # keep each reset call's defect (tangent − X(output))
+        self.defects: list[Tensor | None] = []
+        self.probe_t: list[Tensor] | None = None  # probe pass: output + t_i · defect_i, t_i = 0 leaves
         self.calls: list[str] = []
         self.x_cache: list[Tensor | None] = []
         self.output_call: int | None = None  # the call whose output is the model's output
@@ -226,29 +229,43 @@ class _Hooks:
                 return None
             i = self.count
             self.count += 1
+            if self.probe_t is not None:  # a grad-enabled pass without tangents
+                d = self.defects[i]
+                if d is None:
+                    return None
+                t = self.probe_t[i].reshape(-1, *([1] * (out.ndim - 1))).to(out.dtype)
+                return out + t * d.to(out.dtype)
             primal, tan = fwAD.unpack_dual(out)
             if self.reset_below is None:  # recording pass
                 self.calls.append(name)
                 self.ptrs.append(primal.data_ptr())
                 self.x_cache.append(None)
+                self.defects.append(None)
                 return None
             if i >= self.reset_below or tan is None:
                 return None
             if self.x_cache[i] is None:
                 self.x_cache[i] = self.out_tangent(primal) if i == self.output_call else \
                     _feature_tangent(primal, self.generator, self.step, self.frame)
-            return fwAD.make_dual(primal, self.x_cache[i].to(tan.dtype))  # type: ignore[union-attr]
+            x = self.x_cache[i].to(tan.dtype)  # type: ignore[union-attr]
+            if self.record_defects:
+                self.defects[i] = (tan - x).detach().clone()
+            return fwAD.make_dual(primal, x)
         return hook
 
 
 def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generator, *, context: dict[str, Any] | None = None,
               normalize: Normalizer | None = None, step: float | None = None, method: Method = "jvp",
-              layers: bool = False, scores: Scores = "probabilities") -> LieTerms:
+              layers: bool | str = False, scores: Scores = "probabilities", probes: int = 64,
+              seed: int = 0) -> LieTerms:
     """The Lie derivative of ``model`` along ``generator`` on one prepared input batch ``x`` of
     ``task.input_kind`` (see the module docstring). ``context``: the action context (``image_size``
     of the input frame; ``view_size`` for a window over context; ``interpolation``/``padding``).
-    ``layers`` (``method="jvp"`` only): also the exact per-layer contributions. ``scores``: what a
-    classifier's output is differentiated as (see :data:`Scores`)."""
+    ``layers`` (``method="jvp"`` only): also the per-layer contributions, ``True`` or ``"exact"``
+    (one forward-mode pass per leaf-module call) or ``"probes"`` (the unbiased estimator of
+    :func:`_probe_terms` from ``probes`` Gaussian probes, seeded by ``seed``: its cost does not grow
+    with the depth). ``scores``: what a classifier's output is differentiated as (see
+    :data:`Scores`)."""
     gen = get_generator(generator)
     check_generator(gen, task.input_kind)
     ctx = dict(context or {})
@@ -268,6 +285,10 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
         out = task.read_outputs(model(norm(inp)))
         return to_probabilities(out, task.output) if as_probabilities else out  # type: ignore[attr-defined]
 
+    if layers not in (False, True, "exact", "probes"):
+        raise SpecError(f"layers must be False, True/'exact' or 'probes', got {layers!r}")
+    if layers == "probes" and not (isinstance(probes, int) and probes >= 1):
+        raise SpecError(f"probes must be a positive number of Gaussian probes, got {probes!r}")
     if method == "difference":
         if layers:
             raise SpecError("layer attribution needs method='jvp' (forward-mode derivatives through the model)")
@@ -283,6 +304,8 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
             derivative = tan.double() - x_out
             if hooks is None:
                 return LieTerms(derivative, derivative.pow(2).sum(1), [], None, None)
+            if layers == "probes":
+                return _probe_terms(hooks, forward, view, v.to(view.dtype), outputs, x_out, derivative, probes, seed)
             return _layer_terms(hooks, forward, view, v.to(view.dtype), outputs, x_out, derivative)
     finally:
         if hooks is not None:
@@ -331,13 +354,7 @@ def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: 
     _, s_prev, ptr = _jvp(forward, x, v)  # S_0, recording the calls
     hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
         if isinstance(outputs, Tensor) else None
-    names: list[str] = []
-    index: dict[str, int] = {}
-    for name in hooks.calls:
-        if name not in index:
-            index[name] = len(names)
-            names.append(name)
-    names.append("(output)")
+    names, index = _call_names(hooks)
     contributions = torch.zeros((x_out.shape[0], len(names), x_out.shape[1]), dtype=torch.float64, device=x_out.device)
     s_prev = s_prev.double()
     for m in range(1, len(hooks.calls) + 1):
@@ -349,6 +366,57 @@ def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: 
     total = contributions.sum(1)
     return LieTerms(derivative, derivative.pow(2).sum(1), names, contributions.pow(2).sum(2), total,
                     [hooks.types.get(n, "") for n in names])
+
+
+def _call_names(hooks: _Hooks) -> tuple[list[str], dict[str, int]]:
+    names: list[str] = []
+    index: dict[str, int] = {}
+    for name in hooks.calls:
+        if name not in index:
+            index[name] = len(names)
+            names.append(name)
+    return names + ["(output)"], index
+
+
+def _probe_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, outputs: Any, x_out: Tensor,
+                 derivative: Tensor, probes: int, seed: int) -> LieTerms:
+    """Layer contributions estimated, at a cost that does not grow with the depth: one
+    forward-mode pass with every call reset records each call's defect δ_i; then, in a
+    grad-enabled pass whose call outputs become ``y_i + t_i δ_i`` (``t_i = 0``), each probe
+    ``u ~ N(0, I)`` on the output gives ``∂(u · f)/∂t_i = u · c_i`` for every call by one backward
+    pass, and ``E[(u · c_i)²] = ‖c_i‖²``: the mean over ``probes`` probes is unbiased, with
+    variance ``2‖c_i‖⁴ / probes`` (the estimator of Gruver et al.'s layer-wise code, applied to
+    exact defects). Calls of one module are summed before squaring. The ``"(output)"`` term is
+    exact; ``layer_sum`` is not available (None)."""
+    hooks.reset_below, hooks.count = None, 0
+    _, _, ptr = _jvp(forward, x, v)  # records the calls
+    hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
+        if isinstance(outputs, Tensor) else None
+    names, index = _call_names(hooks)
+    hooks.reset_below, hooks.count, hooks.record_defects = len(hooks.calls), 0, True
+    _, s_all, _ = _jvp(forward, x, v)
+    hooks.record_defects = False
+    b = x_out.shape[0]
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    hooks.probe_t = [torch.zeros(b, dtype=torch.float64, device=x.device, requires_grad=True) for _ in hooks.calls]
+    hooks.count = 0
+    estimate = torch.zeros((b, len(names)), dtype=torch.float64, device=x_out.device)
+    try:
+        with torch.enable_grad():
+            out = output_vector(forward(x))
+            for _ in range(probes):
+                u = torch.randn(out.shape, generator=generator, dtype=torch.float64).to(out.device, out.dtype)
+                grads = torch.autograd.grad((u * out).sum(), hooks.probe_t, retain_graph=True, allow_unused=True)
+                per_module = torch.zeros((b, len(names) - 1), dtype=torch.float64, device=x_out.device)
+                for i, g in enumerate(grads):
+                    if g is not None:
+                        per_module[:, index[hooks.calls[i]]] += g.detach().double()
+                estimate[:, :-1] += per_module.pow(2)
+    finally:
+        hooks.probe_t = None
+    estimate[:, :-1] /= probes
+    estimate[:, -1] = (s_all.double() - x_out).pow(2).sum(1)
+    return LieTerms(derivative, derivative.pow(2).sum(1), names, estimate, None, [hooks.types.get(n, "") for n in names])
 
 
 def _difference(forward: Callable[[Tensor], Any], task: Task, x: Tensor, gen: Generator, step: float,

@@ -84,7 +84,8 @@ def lie_derivative(
     interpolation: str = "bilinear",
     padding: str = "zeros",
     view_size: tuple[int, int] | None = None,
-    layers: bool = True,
+    layers: bool | str = True,
+    probes: int = 64,
     method: Method = "jvp",
     step: float | None = None,
     scores: Scores = "probabilities",
@@ -103,8 +104,13 @@ def lie_derivative(
         store, name, model_name, data_id, batch_size, device, normalize, interpolation, padding,
             view_size, resume, progress: as for :func:`orbitscope.evaluate` (``batch_size`` samples
             per chunk, the unit of storage and resumption).
-        layers: also attribute the derivative to every leaf module (``layer_lee``; one extra
-            forward-mode pass per leaf-module call, so about (calls + 2)× the cost of LEE alone).
+        layers: also attribute the derivative to every leaf module (``layer_lee``): ``True`` (or
+            ``"exact"``) computes each contribution exactly, one extra forward-mode pass per
+            leaf-module call (about (calls + 2)× the cost of LEE alone); ``"probes"`` estimates
+            them without bias from ``probes`` Gaussian probes, one backward pass each, a cost that
+            does not grow with the depth (for deep models); ``False``: LEE alone.
+        probes: Gaussian probes for ``layers="probes"`` (the estimate's relative standard
+            deviation is sqrt(2 / probes) per sample and layer).
         method: ``"jvp"`` (forward-mode derivative through the model, exact) or ``"difference"``
             (a symmetric difference of the whole composite, for models without forward-mode
             derivatives such as ONNX sessions; no layer attribution).
@@ -130,8 +136,13 @@ def lie_derivative(
         check_generator(g, task.input_kind)
     if batch_size < 1:
         raise SpecError(f"batch_size must be >= 1, got {batch_size}")
-    if layers and method != "jvp":
+    if layers not in (False, True, "exact", "probes"):
+        raise SpecError(f"layers must be True/'exact', 'probes' or False, got {layers!r}")
+    mode = "exact" if layers in (True, "exact") else layers
+    if mode and method != "jvp":
         raise SpecError("layers=True needs method='jvp'; pass layers=False with method='difference'")
+    if mode == "probes" and not (isinstance(probes, int) and probes >= 1):
+        raise SpecError(f"probes must be a positive number of Gaussian probes, got {probes!r}")
     if step is not None and not (np.isfinite(step) and step > 0):
         raise SpecError(f"step must be a positive number in the generator's unit, got {step!r}")
     device = torch.device(device) if device is not None else model_device(model)
@@ -144,11 +155,13 @@ def lie_derivative(
         "model_arch": hashlib.sha256(repr(model).encode()).hexdigest()[:16],
         "data_id": source.data_id, "n_samples": source.n, "task": task.spec(), "generators": names,
         "chunk_size": source.chunk_size, "normalize": norm.spec, "interpolation": interpolation, "padding": padding,
-        "view_size": None if view_size is None else [int(v) for v in view_size], "layers": bool(layers),
+        "view_size": None if view_size is None else [int(v) for v in view_size], "layers": mode == "exact",
         "method": method, "step": step,
     }
     if scores != "probabilities":  # enters the identity only when not the default
         config["scores"] = scores
+    if mode == "probes":
+        config.update(layers="probes", probes=int(probes))
     run_id = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     model_name = model_name or getattr(model, "name", None) or type(model).__name__
     attrs = {
@@ -157,7 +170,7 @@ def lie_derivative(
         "task": task.spec(), "generators": names, "generator_units": [g.unit for g in gens],
         "orbit": {"kind": "lie", "generators": names}, "orbit_dims": ["generator"], "identity_index": -1,
         "normalize": norm.spec, "interpolation": interpolation, "padding": padding, "method": method, "step": step,
-        "scores": scores,
+        "scores": scores, "layer_method": mode or "none", "probes": int(probes) if mode == "probes" else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "device": str(device),
         "versions": {"torch": torch.__version__},
     }
@@ -197,7 +210,7 @@ def lie_derivative(
             layer_types: list[str] = []
             for j, g in enumerate(gens):
                 terms = lie_terms(model, task, x, g, context=context, normalize=norm, step=step, method=method,
-                                  layers=layers, scores=scores)
+                                  layers=mode, scores=scores, probes=probes, seed=index)
                 lee[:, j] = terms.lee.cpu().numpy()
                 if terms.layer_lee is not None:
                     if layer_lee is None:

@@ -1,7 +1,8 @@
 """LEE as a feature set for ML4ML's assessors, beside the variance-matrix features.
 
-For every model of the zoo (retrained from its deterministic recipe, :func:`~orbitscope.ml4ml.zoo.member_recipe`)
-and every invariance it is assessed for, the Lie derivative of its class probabilities along the
+For every model of a zoo built in a store (``orbitscope zoo train``: its weights are read from the
+store's zoo cache, so the LEE and the variance matrices describe the same models) and every
+invariance it is assessed for, the Lie derivative of its class probabilities along the
 invariance's generator (:data:`INVARIANCE_GENERATORS`) on the first :data:`LEE_IMAGES_PER_CLASS`
 test images of each class of its family, summarised as :data:`LEE_FEATURES`:
 
@@ -29,7 +30,7 @@ from .assess.assessors import ASSESSORS
 from .assess.pipeline import assessment_data
 from .assess.validation import CVReport, PairedTest, cross_validate_by_family
 
-__all__ = ["INVARIANCE_GENERATORS", "LEE_FEATURES", "LEE_IMAGES_PER_CLASS", "SHIPPED_LEE", "lee_feature_vector",
+__all__ = ["INVARIANCE_GENERATORS", "LEE_FEATURES", "LEE_IMAGES_PER_CLASS", "lee_feature_vector",
            "model_lee_features", "compute_zoo_lee", "read_zoo_lee", "FeatureSetComparison", "compare_feature_sets"]
 
 #: ML4ML's invariance -> the generator whose LEE measures it
@@ -38,8 +39,6 @@ INVARIANCE_GENERATORS = {"rotation": "rotation", "brightness": "brightness", "sc
 LEE_FEATURES = ("log10_mean_lee", "log10_median_lee", "log10_q90_lee", "log10_mean_lee_correct")
 #: test images per class whose LEE is computed (the zoo's matrices use more)
 LEE_IMAGES_PER_CLASS = 20
-#: LEE features of the shipped study's models (``make study-lee`` regenerates it)
-SHIPPED_LEE = Path(__file__).with_name("data") / "ml4ml_lee.npz"
 _FLOOR = 1e-12
 
 
@@ -94,9 +93,11 @@ def compute_zoo_lee(families: Sequence[str], members: int, home: str | Path, out
                     say: Callable[[str], None] = lambda m: None) -> Path:
     """LEE features of members ``0 … members-1`` of every family, written to ``out`` (``.npz``).
 
-    Models are retrained from their recipes into ``<home>/models/zoo/<family>`` (or read from
-    there); each member's features are kept in ``<home>/lee-features/`` as soon as they are done,
-    so an interrupted run resumes. ``workers`` processes with one torch thread each."""
+    Models are read from the store's zoo cache ``<home>/models/zoo/<family>`` (where ``orbitscope
+    zoo train`` put them; a missing one is trained from its recipe, which need not reproduce a
+    model trained elsewhere bit for bit: compare LEE with matrices of the same store's zoo). Each
+    member's features are kept in ``<home>/lee-features/`` as soon as they are done, so an
+    interrupted run resumes. ``workers`` processes with one torch thread each."""
     from concurrent.futures import ProcessPoolExecutor
 
     folder = Path(home) / "lee-features"
@@ -134,7 +135,7 @@ def compute_zoo_lee(families: Sequence[str], members: int, home: str | Path, out
     return out
 
 
-def read_zoo_lee(path: str | Path = SHIPPED_LEE) -> tuple[dict[str, Any], np.ndarray]:
+def read_zoo_lee(path: str | Path) -> tuple[dict[str, Any], np.ndarray]:
     """``(meta, features (models, invariances, features))`` of a file from :func:`compute_zoo_lee`."""
     with np.load(Path(path), allow_pickle=False) as z:
         return json.loads(str(z["meta"])), np.asarray(z["features"])
@@ -170,12 +171,14 @@ def _on_columns(make: Callable[[int], Any], columns: np.ndarray) -> Callable[[in
     return build
 
 
-def compare_feature_sets(study: Any, invariance: str = "rotation", *, lee_file: str | Path = SHIPPED_LEE,
+def compare_feature_sets(study: Any, lee_file: str | Path, invariance: str = "rotation", *,
                          assessors: Sequence[str] = ("random_forest", "logistic_regression"), repeats: int = 10,
                          folds: int = 3, seed: int = 0) -> FeatureSetComparison:
     """Assessors on ML4ML's matrix features vs on LEE features vs on both, for the models of
-    ``study`` (a :class:`~orbitscope.ml4ml.study.Study` or model database) that the LEE file covers,
-    labelled by provenance for ``invariance``; same splits for all (whole families held out)."""
+    ``study`` (the store's :class:`~orbitscope.ml4ml.modeldb.ModelDatabase` the LEE file was
+    computed from, or a study exported from it) that ``lee_file`` (:func:`compute_zoo_lee`)
+    covers, labelled by provenance for ``invariance``; same splits for all (whole families held
+    out)."""
     meta, values = read_zoo_lee(lee_file)
     if invariance not in meta["invariances"]:
         raise ValueError(f"the LEE file has no {invariance!r} features (it has {meta['invariances']})")
