@@ -382,3 +382,55 @@ def test_probe_estimator_is_unbiased_for_the_exact_contributions():
     assert run.result.attrs["layer_method"] == "probes" and run.result.data["layer_lee"].shape == (4, 1, len(e))
     with pytest.raises(SpecError, match="probes"):
         lie_derivative(model, (x, torch.zeros(4, dtype=torch.long)), "rotation", layers="probes", probes=0)
+
+
+def test_interface_serves_lee_runs_apart_from_orbit_groups(tmp_path):
+    from orbitscope.app.data import AppData
+    from orbitscope.app.server import create_app
+
+    torch.manual_seed(18)
+    model = SmallCNN().eval()
+    data = (digits(6, seed=19), torch.zeros(6, dtype=torch.long))
+    store = osc.Store(tmp_path)
+    osc.evaluate(model, data, osc.Rotation([0, 90]), store=store, model_name="tiny")
+    lee = lie_derivative(model, data, ["rotation", "scale"], store=store, model_name="tiny")
+    app_data = AppData(osc.Store(tmp_path, create=False))
+    assert [g.orbit.get("kind") for g in app_data.groups()] == ["rotation"]  # the LEE run is not an orbit group
+    client = create_app(data=app_data).server.test_client()
+    page = client.get("/lee/")
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200 and "<svg" in text and "tiny" in text and "scale" in text
+    assert f"{lee.result.data['lee'].values[:, 0].mean():.3f}" in text  # the table's mean LEE along rotation
+    assert client.get("/lee").status_code in (301, 302, 308)
+    with pytest.raises(SpecError, match="LEE"):
+        from orbitscope.cli.common import load_orbit_run
+
+        load_orbit_run(store, lee.run_id)
+
+
+def test_cli_lee_writes_the_run_table_and_charts(tmp_path):
+    from typer.testing import CliRunner
+
+    from orbitscope.cli.commands import app
+
+    weights = next(SHIPPED_WEIGHTS.glob("plain-cnn-*.safetensors"))
+    args = ["lee", "--model", str(weights), "--data", "mnist-subset:test@12", "-g", "rotation", "-g", "brightness",
+            "--home", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--batch-size", "6"]
+    runner = CliRunner()
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / "lee.csv").is_file() and (tmp_path / "out" / "lee_layers_rotation.png").is_file()
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "out" / "lee.csv")))
+    assert [r["generator"] for r in rows] == ["rotation", "brightness"] and rows[1]["top_layer"] == "features.0"
+    again = runner.invoke(app, args)
+    assert "reused from the store" in again.output
+    run_id = osc.Store(tmp_path / "store").runs()[0].run_id
+    shown = runner.invoke(app, ["runs", "show", run_id, "--home", str(tmp_path / "store")])
+    assert shown.exit_code == 0 and "brightness" in shown.output
+    refused = runner.invoke(app, ["report", run_id, "--home", str(tmp_path / "store"), "-o", str(tmp_path / "r.html")])
+    assert refused.exit_code != 0 and "LEE" in refused.output
+    bad = runner.invoke(app, ["lee", "--model", str(weights), "--data", "mnist-subset:test@4", "-g", "so3_x",
+                              "--home", str(tmp_path / "store")])
+    assert bad.exit_code != 0 and "point clouds only" in bad.output

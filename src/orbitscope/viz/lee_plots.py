@@ -17,14 +17,19 @@ __all__ = ["lee_layer_figure", "lee_report_section"]
 
 def lee_layer_figure(results: Sequence[OrbitResult], generator: str, *, labels: Sequence[str] | None = None,
                      top: int = 12) -> Figure:
-    """Horizontal bars: per model, the ``top`` layers by their share of the summed mean ``‖c_i‖²``
-    along ``generator`` (layers in network order; the rest summed as "other layers")."""
+    """Horizontal bars: per model (three panels per row), the ``top`` layers by their share of the
+    summed mean ``‖c_i‖²`` along ``generator`` (layers in network order; the rest summed as "other
+    layers")."""
     if not results:
         raise ValueError("give at least one LEE run")
     labels = list(labels) if labels is not None else [str(r.attrs.get("model_name", f"model {i}"))
                                                       for i, r in enumerate(results)]
-    fig = Figure(figsize=(4.2 * len(results), 0.32 * top + 1.6), constrained_layout=True)
-    axes = fig.subplots(1, len(results), squeeze=False)[0]
+    cols = min(3, len(results))
+    rows = -(-len(results) // cols)
+    fig = Figure(figsize=(4.6 * cols, (0.32 * top + 1.6) * rows), constrained_layout=True)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[len(results):]:
+        ax.set_axis_off()
     for ax, result, label in zip(axes, results, labels):
         shares = layer_shares(result, generator)
         if not shares:
@@ -53,8 +58,9 @@ def lee_layer_figure(results: Sequence[OrbitResult], generator: str, *, labels: 
 #: what the report says LEE is (its definition and how it was computed)
 LEE_NOTE = ("Local equivariance error LEE = ‖L<sub>X</sub> f(x)‖², the squared norm of the Lie derivative "
             "d/dt ρ<sub>out</sub>(g<sub>t</sub>)⁻¹ f(ρ<sub>in</sub>(g<sub>t</sub>) x) at t = 0 (Gruver et al., ICLR 2023, "
-            "Eq. 4), in output² per generator unit², by forward-mode differentiation through the model; mean over samples "
-            "with a 95 % Student-t interval. It measures equivariance to infinitesimal transformations only: a model "
+            "Eq. 4), in output² per generator unit² (a classifier's output: its class probabilities), by forward-mode "
+            "differentiation through the model; mean over samples with a 95 % BCa bootstrap interval (LEE is heavy-tailed: "
+            "compare the median). It measures equivariance to infinitesimal transformations only: a model "
             "symmetric under a finite group (e.g. 90° rotations) need not have LEE 0. Layer shares: each leaf "
             "module's mean ‖c<sub>i</sub>‖², its own contribution to L<sub>X</sub> f, over the sum of all layers'.")
 
