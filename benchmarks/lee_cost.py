@@ -5,14 +5,16 @@ PointNet on 1,024-point clouds; seeded, untrained: timing only) and the same inp
 
   (a) LEE along one generator (``lie_terms``: one forward-mode pass plus two warps of the input);
   (b) LEE with the exact layer attribution (one forward-mode pass per leaf-module call);
+  (b') LEE with the layer attribution estimated from 16 Gaussian probes (two passes, then one
+      backward pass per probe; not for PointNet, whose per-point layers fold the clouds into rows);
   (c) the orbit evaluation the demo runs for that model (``osc.evaluate`` in memory, defaults:
       73 rotations for the CNN, D4 × time reversal's 16 elements for flow, 64 SO(3) rotations
       for the clouds);
   (d) the model's forward alone on the untransformed batch (the floor of any per-sample cost).
 
 Times are per sample; rounds are interleaved (a, b, c, d, a, ...), and the best round and the
-spread (max/min over rounds) are printed, with the ratios (a)/(c) and (b)/(c): how much cheaper
-LEE is than one orbit of the same model, and (a)/(d): LEE in model forwards.
+spread (max/min over rounds) are printed, with the ratios (a)/(c), (b)/(c) and (b')/(c): how much
+cheaper LEE is than one orbit of the same model, and (a)/(d): LEE in model forwards.
 
 Usage: python benchmarks/lee_cost.py [--rounds 3] [--batch 64]
 """
@@ -54,11 +56,11 @@ def cases(batch: int) -> list[dict[str, Any]]:
     labels = torch.zeros(batch, dtype=torch.long)
     return [
         dict(name="mnist CNN", model=ReferenceCNN().eval(), x=digits, task=Classification(), generator="rotation",
-             orbit=osc.Rotation(np.arange(0.0, 361.0, 5.0)), data=(digits, labels)),
+             orbit=osc.Rotation(np.arange(0.0, 361.0, 5.0)), data=(digits, labels), probes=True),
         dict(name="flow CNN", model=FlowCNN().eval(), x=pairs, task=Flow(), generator="rotation",
-             orbit=osc.parse_orbit("d4xt"), data=(pairs, torch.zeros(batch, 2, 64, 64))),
+             orbit=osc.parse_orbit("d4xt"), data=(pairs, torch.zeros(batch, 2, 64, 64)), probes=True),
         dict(name="PointNet", model=PointNet(10).eval(), x=clouds, task=PointCloudClassification(),
-             generator="so3_z", orbit=osc.parse_orbit("so3:64"), data=(clouds, labels)),
+             generator="so3_z", orbit=osc.parse_orbit("so3:64"), data=(clouds, labels), probes=False),
     ]
 
 
@@ -81,7 +83,9 @@ def main() -> None:
         m, x, task, gen = case["model"], case["x"], case["task"], case["generator"]
         paths = {
             "(a) LEE": lambda: lie_terms(m, task, x, gen),
-            "(b) LEE + layers": lambda: lie_terms(m, task, x, gen, layers=True),
+            "(b) LEE + layers (exact)": lambda: lie_terms(m, task, x, gen, layers=True),
+            "(b') LEE + layers (16 probes)": (lambda: lie_terms(m, task, x, gen, layers="probes", probes=16))
+            if case["probes"] else (lambda: None),
             f"(c) orbit ({case['orbit'].size} elements)": lambda: osc.evaluate(m, case["data"], case["orbit"], task,
                                                                               batch_size=args.batch),
             "(d) forward alone": lambda: torch.no_grad()(m)(x),
@@ -95,9 +99,14 @@ def main() -> None:
         best = {k: min(v) for k, v in times.items()}
         say(f"\n{case['name']} along {gen}:")
         for k, v in times.items():
+            if k.startswith("(b')") and not case["probes"]:
+                say(f"  {k:28s}       n/a (per-point layers fold the clouds into rows)")
+                continue
             say(f"  {k:28s} {1e3 * best[k]:9.3f} ms/sample (spread {max(v) / min(v):.2f}×)")
-        a, b, c, d = (best[k] for k in paths)
-        say(f"  LEE / orbit = {a / c:.3f}   LEE+layers / orbit = {b / c:.3f}   LEE / forward = {a / d:.1f}")
+        a, b, bp, c, d = (best[k] for k in paths)
+        probed = f"{bp / c:.2f} (16 probes)" if case["probes"] else "n/a (16 probes)"
+        say(f"  LEE / orbit = {a / c:.3f}   LEE+layers / orbit = {b / c:.2f} (exact), {probed}   "
+            f"LEE / forward = {a / d:.1f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(_lines) + "\n", encoding="utf-8")
     say(f"\nwrote {args.out}")

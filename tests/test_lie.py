@@ -434,3 +434,9 @@ def test_cli_lee_writes_the_run_table_and_charts(tmp_path):
     bad = runner.invoke(app, ["lee", "--model", str(weights), "--data", "mnist-subset:test@4", "-g", "so3_x",
                               "--home", str(tmp_path / "store")])
     assert bad.exit_code != 0 and "point clouds only" in bad.output
+
+
+def test_probes_refuse_models_that_fold_samples_into_rows():
+    pts = torch.randn(3, 64, 3)
+    with pytest.raises(SpecError, match="layers=True"):
+        lie_terms(PointNet(4).eval(), PointCloudClassification(), pts, "so3_z", layers="probes", probes=2)

@@ -233,8 +233,12 @@ class _Hooks:
                 d = self.defects[i]
                 if d is None:
                     return None
-                t = self.probe_t[i].reshape(-1, *([1] * (out.ndim - 1))).to(out.dtype)
-                return out + t * d.to(out.dtype)
+                t = self.probe_t[i]
+                if out.ndim == 0 or out.shape[0] != t.shape[0]:
+                    raise SpecError(f"layers='probes' needs every leaf module to keep the batch as the first dimension "
+                                    f"of its output, but {name!r} returns {tuple(out.shape)} for {t.shape[0]} samples "
+                                    "(the model folds samples into rows, e.g. per-point layers); use layers=True (exact)")
+                return out + t.reshape(-1, *([1] * (out.ndim - 1))).to(out.dtype) * d.to(out.dtype)
             primal, tan = fwAD.unpack_dual(out)
             if self.reset_below is None:  # recording pass
                 self.calls.append(name)
