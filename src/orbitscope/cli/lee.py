@@ -44,6 +44,7 @@ def print_lee_models(rows: list[dict[str, Any]]) -> None:
         table.add_column(col)
     for r in rows:
         rho = next((v for k, v in r.items() if k.startswith("spearman_vs")), None)
+        rho = None if rho is None or rho != rho else rho  # NaN: not ranked (see orbitscope.demos.lee)
         top = f"{r['top_layer']} ({100 * r['top_layer_share']:.0f} %)" if r.get("top_layer") else "-"
         table.add_row(str(r["model"]), r["generator"], f"{r['mean_lee']:.3g}", f"[{r['lee_lo']:.3g}, {r['lee_hi']:.3g}]",
                       top, "-" if rho is None else f"{rho:.2f}",

@@ -5,7 +5,8 @@ spread evenly over the case study's evaluation set (the same samples as the orbi
 generator a row of ``lee.csv``: the mean LEE with its interval, the layer contributing most, and
 the rank agreement (Spearman's ρ with its interval) between each sample's LEE and how much its
 score moves over the whole orbit (:func:`orbitscope.lie.summary.orbit_spread` of the case study's
-metric). ``lee_layers_<generator>.png`` shows each model's layer shares.
+metric; not for a model differentiated by a symmetric difference, whose LEE is float noise when
+it is invariant). ``lee_layers_<generator>.png`` shows each model's layer shares.
 """
 
 from __future__ import annotations
@@ -81,13 +82,19 @@ def lee_section(store: Store, models: Sequence[LeeModel], data: Any, task: Task,
             seconds[f"lee {m.name}"] = time.perf_counter() - t0
         runs.append(run)
         spread = orbit_spread(m.orbit_run.result, metric)[index] if m.orbit_run is not None else None
+        method = options.get("method", "jvp")
         for row in lee_rows(run.result, m.name):
-            if spread is not None:
+            row["method"] = method
+            if spread is not None and method == "difference":
+                # a symmetric difference of an invariant model is float noise: ranking it is meaningless
+                row.update({f"spearman_vs_orbit_{metric}_sd": float("nan"), "spearman_lo": float("nan"),
+                            "spearman_hi": float("nan")})
+            elif spread is not None:
                 lee = np.asarray(run.result.data["lee"].sel(generator=row["generator"]).values)
                 rho, lo, hi, _ = rank_agreement(lee, spread)
                 row.update({f"spearman_vs_orbit_{metric}_sd": rho, "spearman_lo": lo, "spearman_hi": hi})
             rows.append(row)
-    files = {"lee table": write_csv(rows, folder / "lee.csv")}
+    files = {"lee table": write_csv(rows, folder / "lee.csv", significant=("mean_lee", "lee_lo", "lee_hi", "median_lee"))}
     layered = [(m.name, r.result) for m, r in zip(models, runs) if "layer_lee" in r.result.data]
     for g in generators:
         if layered:
