@@ -275,7 +275,10 @@ def test_layer_sum_for_flow_and_functional_operations():
     frames = torch.rand(2, 2, 1, 32, 32)
     terms = lie_terms(model, Flow(), frames, "rotation", layers=True)
     torch.testing.assert_close(terms.layer_sum, terms.derivative, atol=1e-4 * float(terms.derivative.abs().max()), rtol=0)
-    assert terms.layers[-1] == "(output)" and len(terms.layers) > 5
+    assert terms.layers[-1] == "(output)" and len(terms.layers) == len(set(terms.layers)) > 5
+    # the head's output is the model's output: it carries the flow action (the vectors turn), so
+    # nothing is left for "(output)"
+    assert float(terms.layer_lee[:, -1].max()) < 1e-8 * float(terms.lee.max())
 
 
 # -- runs ------------------------------------------------------------------------------------------

@@ -303,14 +303,18 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
         if layers else None
     try:
         with torch.no_grad():
-            outputs, tan, _ = _jvp(forward, view, v.to(view.dtype))
+            if hooks is not None:  # this pass also records the leaf-module calls
+                hooks.reset_below, hooks.count = None, 0
+            outputs, tan, ptr = _jvp(forward, view, v.to(view.dtype))
             x_out = output_tangent(task, outputs, gen, step, ctx)
             derivative = tan.double() - x_out
             if hooks is None:
                 return LieTerms(derivative, derivative.pow(2).sum(1), [], None, None)
+            hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
+                if isinstance(outputs, Tensor) else None
             if layers == "probes":
-                return _probe_terms(hooks, forward, view, v.to(view.dtype), outputs, x_out, derivative, probes, seed)
-            return _layer_terms(hooks, forward, view, v.to(view.dtype), outputs, x_out, derivative)
+                return _probe_terms(hooks, forward, view, v.to(view.dtype), x_out, derivative, probes, seed)
+            return _layer_terms(hooks, forward, view, v.to(view.dtype), tan, x_out, derivative)
     finally:
         if hooks is not None:
             hooks.close()
@@ -347,17 +351,15 @@ def _strip(outputs: Any) -> Any:
     return outputs
 
 
-def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, outputs: Any, x_out: Tensor,
+def _layer_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, s_0: Tensor, x_out: Tensor,
                  derivative: Tensor) -> LieTerms:
     """Contributions by resetting prefixes of the calls: with ``S_m`` the output's tangent when
     calls ``0 … m−1`` carry the equivariant tangent ``X(y)`` and later calls propagate freely,
     call ``k`` contributes ``c_k = S_k − S_{k+1}`` (paths that bypass call k, e.g. skip
     connections, are the same in both and cancel) and the output term is ``S_n − X_out f``;
-    ``S_0 − X_out f = L_X f``, so the contributions add up to the end-to-end derivative."""
-    hooks.reset_below, hooks.count = None, 0
-    _, s_prev, ptr = _jvp(forward, x, v)  # S_0, recording the calls
-    hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
-        if isinstance(outputs, Tensor) else None
+    ``S_0 − X_out f = L_X f``, so the contributions add up to the end-to-end derivative. ``s_0``
+    is S_0, from the end-to-end pass that recorded the calls."""
+    s_prev = s_0
     names, index = _call_names(hooks)
     contributions = torch.zeros((x_out.shape[0], len(names), x_out.shape[1]), dtype=torch.float64, device=x_out.device)
     s_prev = s_prev.double()
@@ -382,7 +384,7 @@ def _call_names(hooks: _Hooks) -> tuple[list[str], dict[str, int]]:
     return names + ["(output)"], index
 
 
-def _probe_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, outputs: Any, x_out: Tensor,
+def _probe_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: Tensor, x_out: Tensor,
                  derivative: Tensor, probes: int, seed: int) -> LieTerms:
     """Layer contributions estimated, at a cost that does not grow with the depth: one
     forward-mode pass with every call reset records each call's defect δ_i; then, in a
@@ -392,10 +394,6 @@ def _probe_terms(hooks: _Hooks, forward: Callable[[Tensor], Any], x: Tensor, v: 
     variance ``2‖c_i‖⁴ / probes`` (the estimator of Gruver et al.'s layer-wise code, applied to
     exact defects). Calls of one module are summed before squaring. The ``"(output)"`` term is
     exact; ``layer_sum`` is not available (None)."""
-    hooks.reset_below, hooks.count = None, 0
-    _, _, ptr = _jvp(forward, x, v)  # records the calls
-    hooks.output_call = next((i for i in reversed(range(len(hooks.calls))) if hooks.ptrs[i] == ptr), None) \
-        if isinstance(outputs, Tensor) else None
     names, index = _call_names(hooks)
     hooks.reset_below, hooks.count, hooks.record_defects = len(hooks.calls), 0, True
     _, s_all, _ = _jvp(forward, x, v)
