@@ -94,6 +94,11 @@ def lie_derivative(
 ) -> Run:
     """The local equivariance error (LEE) of ``model`` on every sample of ``data`` along each generator.
 
+    ``store``, ``name``, ``model_name``, ``data_id``, ``batch_size``, ``device``, ``normalize``,
+    ``interpolation``, ``padding``, ``view_size``, ``resume`` and ``progress`` are
+    :func:`orbitscope.evaluate`'s (``batch_size``: samples per chunk, the unit of storage and
+    resumption).
+
     Args:
         model: the module (as for :func:`orbitscope.evaluate`); it runs in eval mode.
         data: as for :func:`orbitscope.evaluate` (the targets are not used: LEE is label-free).
@@ -101,9 +106,6 @@ def lie_derivative(
             default: every generator that acts on the task's input kind (:func:`default_generators`).
         task: how outputs are read and how the group acts on inputs and outputs (default
             :class:`~orbitscope.tasks.Classification`: output scores are invariant).
-        store, name, model_name, data_id, batch_size, device, normalize, interpolation, padding,
-            view_size, resume, progress: as for :func:`orbitscope.evaluate` (``batch_size`` samples
-            per chunk, the unit of storage and resumption).
         layers: also attribute the derivative to every leaf module (``layer_lee``): ``True`` (or
             ``"exact"``) computes each contribution exactly, one extra forward-mode pass per
             leaf-module call (about (calls + 2)× the cost of LEE alone); ``"probes"`` estimates
