@@ -443,3 +443,34 @@ def test_probes_refuse_models_that_fold_samples_into_rows():
     pts = torch.randn(3, 64, 3)
     with pytest.raises(SpecError, match="layers=True"):
         lie_terms(PointNet(4).eval(), PointCloudClassification(), pts, "so3_z", layers="probes", probes=2)
+
+
+class CentroidBox(nn.Module):
+    """A 'detector' returning one 10 × 10 box at the intensity centroid of each image (pixel
+    centres at j + 0.5), score 0.9: exactly equivariant to shifts of a zero-bordered image."""
+
+    def forward(self, x: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        w = x.sum(1)
+        total = w.sum((-2, -1))
+        cols = torch.arange(x.shape[-1], dtype=x.dtype) + 0.5
+        rows = torch.arange(x.shape[-2], dtype=x.dtype) + 0.5
+        cx = (w.sum(-2) * cols).sum(-1) / total
+        cy = (w.sum(-1) * rows).sum(-1) / total
+        boxes = torch.stack([cx - 5, cy - 5, cx + 5, cy + 5], -1)
+        return [{"boxes": b[None], "scores": torch.full((1,), 0.9, dtype=x.dtype) + 0 * b[:1],
+                 "labels": torch.zeros(1, dtype=torch.long)} for b in boxes]
+
+
+def test_detection_output_moves_with_its_boxes():
+    """Boxes are the output: the box action moves them with the shift, so a shift-equivariant
+    detector has LEE 0 along translate_x/y (its corners move 1 px per px, exactly as the action
+    moves them); along scale the centroid moves but the box keeps its size: LEE > 0."""
+    from orbitscope.tasks import Detection
+
+    x = digits(3, seed=20).expand(3, 3, 28, 28).contiguous()
+    task = Detection(input_kind="image")
+    for name in ("translate_x", "translate_y"):
+        terms = lie_terms(CentroidBox(), task, x, name)
+        assert float(terms.lee.max()) < 1e-8
+    moved = lie_terms(CentroidBox(), task, x, "scale").lee  # the centroid scales about the centre, the box does not
+    assert float(moved.min()) > 0

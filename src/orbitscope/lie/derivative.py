@@ -264,7 +264,8 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
               seed: int = 0) -> LieTerms:
     """The Lie derivative of ``model`` along ``generator`` on one prepared input batch ``x`` of
     ``task.input_kind`` (see the module docstring). ``context``: the action context (``image_size``
-    of the input frame; ``view_size`` for a window over context; ``interpolation``/``padding``).
+    of the input frame, by default the input's own; ``view_size`` for a window over context;
+    ``interpolation``/``padding``).
     ``layers`` (``method="jvp"`` only): also the per-layer contributions, ``True`` or ``"exact"``
     (one forward-mode pass per leaf-module call) or ``"probes"`` (the unbiased estimator of
     :func:`_probe_terms` from ``probes`` Gaussian probes, seeded by ``seed``: its cost does not grow
@@ -273,6 +274,9 @@ def lie_terms(model: nn.Module, task: Task, x: Tensor, generator: str | Generato
     gen = get_generator(generator)
     check_generator(gen, task.input_kind)
     ctx = dict(context or {})
+    frame_of = getattr(get_kind(task.input_kind), "frame_size", None)
+    if frame_of is not None:  # targets and outputs live in the input's frame (the context for windows)
+        ctx.setdefault("image_size", frame_of(x))
     norm = normalize or Normalizer(None)
     step = float(step) if step is not None else default_step(gen, frame_radius(task.input_kind, x, ctx))
     if not step > 0:

@@ -202,10 +202,7 @@ def lie_derivative(
         for index, start, (inputs, _targets) in source.chunks(skip):
             x = input_kind.prepare(inputs, device)
             b = input_kind.batch_size(x)
-            context = dict(options)
-            frame = getattr(input_kind, "frame_size", None)
-            if frame is not None:
-                context.setdefault("image_size", frame(x))
+            context = dict(options)  # lie_terms adds the input's frame size
             lee = np.empty((b, len(gens)))
             layer_lee: np.ndarray | None = None
             layer_names: list[str] = []
