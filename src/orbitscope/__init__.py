@@ -63,6 +63,7 @@ from .results.result import OrbitResult, aggregate, dataset_metrics, wilson_inte
 from .results.store import Store
 # analysis
 from .analysis.consensus import consensus_scores, invariance_measures, with_consensus
+from .analysis.exactness import exactness
 # whole-orbit statistics
 from .stats import check_result, compare_models, invariance_test, plan_samples, simultaneous_band
 # the Lie derivative (local equivariance error)
@@ -96,7 +97,7 @@ __all__ = [
     # results
     "OrbitResult", "aggregate", "dataset_metrics", "wilson_interval", "Store",
     # analysis
-    "consensus_scores", "invariance_measures", "with_consensus",
+    "consensus_scores", "invariance_measures", "with_consensus", "exactness",
     # whole-orbit statistics
     "simultaneous_band", "invariance_test", "compare_models", "plan_samples", "check_result",
     # the Lie derivative
