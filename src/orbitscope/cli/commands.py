@@ -15,8 +15,8 @@ from rich.table import Table
 
 from rich.markup import escape
 
-from .common import (HomeOption, TrustOption, console, engine_progress, evaluate_spec, friendly_errors, load_orbit_run,
-                     parse_optimize, progress_bar)
+from .common import (HomeOption, InterpolationOption, PaddingOption, TrustOption, console, engine_progress,
+                     evaluate_spec, friendly_errors, load_orbit_run, parse_optimize, progress_bar)
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -49,8 +49,8 @@ def evaluate(
                                   "first batch like every optimisation)."),
     compile_model: bool = typer.Option(False, "--compile", help="Also torch.compile the optimised model (its "
                                        "compile time is reported separately)."),
-    interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
-    padding: str = typer.Option("zeros", help="zeros, border or reflection."),
+    interpolation: str = InterpolationOption,
+    padding: str = PaddingOption,
     probabilities: bool = typer.Option(False, "--probabilities", help="Also store all class probabilities."),
     consensus: bool = typer.Option(False, "--consensus", help="Also score every element against NERO's consensus "
                                    "(label-free: self-consistency, not correctness)."),

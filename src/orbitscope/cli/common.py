@@ -21,12 +21,15 @@ from ..errors import OrbitscopeError
 if TYPE_CHECKING:  # imported lazily at run time to keep CLI start-up short
     from ..engine.evaluation import Run
 
-__all__ = ["console", "executor_from_options", "err_console", "HomeOption", "TrustOption", "USER_ERRORS", "friendly_errors", "progress_bar",
+__all__ = ["console", "executor_from_options", "err_console", "HomeOption", "TrustOption", "InterpolationOption", "PaddingOption", "USER_ERRORS", "friendly_errors", "progress_bar",
            "engine_progress", "parse_normalize", "evaluate_spec"]
 
 console = Console()
 err_console = Console(stderr=True)
 
+#: the resampling options shared by the commands that act on images (`evaluate`, `lee`)
+InterpolationOption = typer.Option("bilinear", help="bilinear, nearest or bicubic.")
+PaddingOption = typer.Option("zeros", help="zeros, border or reflection.")
 HomeOption = typer.Option(None, "--home", help="Store directory (default: $ORBITSCOPE_HOME or ./orbitscope-runs).")
 
 TrustOption = typer.Option(False, "--trust", help="Load files that are programs (TorchScript archives, assessor bundles "

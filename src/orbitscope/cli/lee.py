@@ -11,7 +11,8 @@ from typing import Any, Optional
 
 import typer
 
-from .common import HomeOption, TrustOption, console, engine_progress, parse_normalize, progress_bar
+from .common import (HomeOption, InterpolationOption, PaddingOption, TrustOption, console, engine_progress,
+                     parse_normalize, progress_bar)
 
 __all__ = ["lee_command", "print_lee_rows", "print_lee_models"]
 
@@ -77,8 +78,8 @@ def lee_command(
                                "no layers)."),
     step: Optional[float] = typer.Option(None, help="Symmetric difference step in the generator's unit (default: "
                                          "the farthest pixel moves 1e-3 px)."),
-    interpolation: str = typer.Option("bilinear", help="bilinear, nearest or bicubic."),
-    padding: str = typer.Option("zeros", help="zeros, border or reflection."),
+    interpolation: str = InterpolationOption,
+    padding: str = PaddingOption,
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for lee.csv and the layer bar charts "
                                        "(lee_layers_<generator>.png)."),
     trust: bool = TrustOption,

@@ -4,9 +4,9 @@ For each model: a LEE run (:func:`orbitscope.lie.lie_derivative`, with layers) o
 spread evenly over the case study's evaluation set (the same samples as the orbit run), and per
 generator a row of ``lee.csv``: the mean LEE with its interval, the layer contributing most, and
 the rank agreement (Spearman's ρ with its interval) between each sample's LEE and how much its
-score moves over the whole orbit (:func:`orbitscope.lie.summary.orbit_spread` of the case study's
-metric; not for a model differentiated by a symmetric difference, whose LEE is float noise when
-it is invariant). ``lee_layers_<generator>.png`` shows each model's layer shares.
+score moves over the whole orbit (the standard deviation over the orbit of the case study's
+metric, :func:`orbitscope.analysis.reduce.orbit_statistic`; not for a model differentiated by
+a symmetric difference, whose LEE is float noise when it is invariant). ``lee_layers_<generator>.png`` shows each model's layer shares.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from torch import nn
 
 from ..engine.evaluation import Run
 from ..lie.run import lie_derivative
-from ..lie.summary import lee_rows, orbit_spread, rank_agreement
+from ..analysis.reduce import orbit_statistic
+from ..lie.summary import lee_rows, rank_agreement
 from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks.base import Task
@@ -81,7 +82,7 @@ def lee_section(store: Store, models: Sequence[LeeModel], data: Any, task: Task,
         if seconds is not None:
             seconds[f"lee {m.name}"] = time.perf_counter() - t0
         runs.append(run)
-        spread = orbit_spread(m.orbit_run.result, metric)[index] if m.orbit_run is not None else None
+        spread = orbit_statistic(m.orbit_run.result, metric, "std")[index] if m.orbit_run is not None else None
         method = options.get("method", "jvp")
         for row in lee_rows(run.result, m.name):
             row["method"] = method

@@ -80,7 +80,8 @@ def frame_radius(kind: str, x: Any, context: dict[str, Any]) -> float:
     """Distance from the frame's centre to its farthest point: the half-diagonal of an image, a
     frame or a view (pixels), or the largest norm of a point cloud."""
     if kind == "points":
-        return float(torch.linalg.vector_norm(torch.as_tensor(x).double(), dim=-1).max()) if torch.as_tensor(x).numel() else 1.0
+        points = torch.as_tensor(x).double()
+        return float(torch.linalg.vector_norm(points, dim=-1).max()) if points.numel() else 1.0
     size = context.get("view_size") or context.get("image_size") or tuple(x.shape[-2:])
     return 0.5 * float(np.hypot(size[0], size[1]))
 
@@ -433,7 +434,7 @@ def _difference(forward: Callable[[Tensor], Any], task: Task, x: Tensor, gen: Ge
         for t in (step, -step):
             xt = _act(task.input_kind, x, gen, t, ctx)
             out = forward(xt)
-            g = gen.element(t)[np.zeros(len(x) if not isinstance(x, Boxes) else len(x), dtype=int)]
+            g = gen.element(t)[np.zeros(len(x), dtype=int)]
             back = task.canonicalize(out, g, **ctx) if task.output_kind not in ("scores", "label", "", None) else out
             sides.append(output_vector(back).double())
     if sides[0].shape != sides[1].shape:

@@ -6,8 +6,6 @@ the rank agreement of per-sample LEE with a per-sample orbit measure.
   ``‖c_i‖²`` with its share of the layers' total ("" and NaN for a run without layers) (the shares of squared norms need not add to the
   end-to-end LEE: the contributions' cross terms are left out, as in Gruver et al.'s layer plots);
 * ``layer_shares``: per layer, its mean ``‖c_i‖²`` as a fraction of the sum over layers;
-* ``orbit_spread``: per sample, the standard deviation of a metric over the orbit (how much the
-  sample's score moves over the whole orbit, NERO's view);
 * ``rank_agreement``: Spearman's ρ between two per-sample measures, with a 95 % interval from
   Fisher's z with the variance 1.06 / (n − 3) of Fieller, Hartley & Pearson (1957, Biometrika 44).
 """
@@ -22,7 +20,7 @@ from scipy import stats
 
 from ..results.result import OrbitResult
 
-__all__ = ["mean_interval_bca", "lee_rows", "layer_shares", "orbit_spread", "rank_agreement", "listed_attr", "output_unit"]
+__all__ = ["mean_interval_bca", "lee_rows", "layer_shares", "rank_agreement", "listed_attr", "output_unit"]
 
 
 def mean_interval_bca(values: np.ndarray, level: float = 0.95, resamples: int = 2000,
@@ -91,15 +89,6 @@ def listed_attr(result: OrbitResult, key: str) -> list[Any]:
     """A list-valued run attribute (stored as JSON in the result's attrs), ``[]`` when absent."""
     value = result.attrs.get(key, [])
     return list(json.loads(value) if isinstance(value, str) else value)
-
-
-def orbit_spread(result: OrbitResult, metric: str) -> np.ndarray:
-    """Per sample: the standard deviation of ``metric`` over every orbit element (NaNs ignored)."""
-    da = result.data[metric]
-    orbit_dims = [d for d in da.dims if d != "sample"]
-    values = np.asarray(da.values, dtype=np.float64).reshape(da.sizes["sample"], -1)
-    with np.errstate(invalid="ignore"):
-        return np.nanstd(values, axis=1) if orbit_dims else np.zeros(len(values))
 
 
 def rank_agreement(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float, int]:
