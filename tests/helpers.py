@@ -91,3 +91,17 @@ def decided(scores: np.ndarray, margin: float) -> np.ndarray:
     pairs are near-ties that rounding may break either way."""
     top2 = np.sort(np.asarray(scores), axis=-1)[..., -2:]
     return top2[..., 1] - top2[..., 0] > margin
+
+
+def plotly_array(value: object) -> np.ndarray:
+    """A plotly figure's data array as numpy: plotly may hand back lists, numpy arrays or base64
+    typed arrays (``{"bdata", "dtype", "shape"?}``)."""
+    if isinstance(value, dict) and "bdata" in value:
+        import base64
+
+        arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        shape = value.get("shape")
+        if shape:
+            arr = arr.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
+        return arr
+    return np.asarray(value)

@@ -47,6 +47,7 @@ from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
 from ..results.lazy import RowChunkedArray, lazy_variable
 from ..results.result import OrbitResult, rows_for
+from .dataset_level import dataset_metric_names
 from ..tasks.classification import Classification
 
 __all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs",
@@ -356,4 +357,9 @@ def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
         return with_consensus(result)
     known = sorted(set(consensus_metrics(result)) |
                    {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
-    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}")
+    dataset = dataset_metric_names(result)
+    if metric in dataset:
+        raise NotFoundError(f"{metric!r} is a dataset-level metric (one value per element from all samples): it has "
+                            f"no per-sample values; use it in an aggregate plot, or one of {', '.join(map(str, known))}")
+    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}"
+                        + (f"; dataset-level (aggregate plots only): {', '.join(dataset)}" if dataset else ""))

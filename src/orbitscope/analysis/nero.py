@@ -37,6 +37,7 @@ from ..errors import NotFoundError, SpecError
 from ..group.orbits import orbit_from_spec
 from ..results.result import OrbitResult, aggregate, check_same_orbit, check_same_samples
 from .consensus import consensus_metrics, metric_result
+from .dataset_level import dataset_interval, is_dataset_metric
 from ..stats.bands import simultaneous_band
 from ..stats.paired import compare_values
 from ..stats.values import orbit_values
@@ -338,7 +339,11 @@ def prepare_aggregate(
 
     Args:
         results: models to compare over the same orbit (colours by position).
-        metric: a recorded variable or a consensus metric of the task (e.g. ``consensus_agreement``).
+        metric: a recorded variable, a consensus metric of the task (e.g. ``consensus_agreement``),
+            or a dataset-level metric of the task (e.g. ``class_accuracy``, detection's ``ap50``;
+            :mod:`orbitscope.analysis.dataset_level`): its values are computed from all samples
+            at each element, its band is a percentile bootstrap over samples, and it has no
+            simultaneous band or paired comparison (a note says so).
         labels: legend entries (default: run or model names).
         subset: samples to average over: None (all), a class index (``int``, uses the stored
             labels), or a boolean mask / index array.
@@ -371,15 +376,17 @@ def prepare_aggregate(
     if compare:
         check_same_samples(results)
     names = _labels(results, labels)
+    dataset_level = all(is_dataset_metric(res, metric) for res in results)
     series, method, sources = [], None, []
     for i, (res, name) in enumerate(zip(results, names)):
-        mres = metric_result(res, metric)
+        mres = res if dataset_level else metric_result(res, metric)
         mask = class_subset(mres, subset) if isinstance(subset, (int, np.integer)) else subset
         if mask is not None and np.asarray(mask).dtype == bool and not np.asarray(mask).any():
             present = sample_classes(mres)
             raise ValueError(f"the subset {subset!r} selects no samples (classes present: "
                              f"{sorted(set(present.tolist())) if present is not None else '?'})")
-        agg = aggregate(mres, metric, level=level, subset=mask)
+        agg = (dataset_interval(mres, metric, subset=mask, level=level) if dataset_level
+               else aggregate(mres, metric, level=level, subset=mask))
         method = agg.attrs["method"]
         series.append(NeroSeries(name, MODEL_COLOURS[i % len(MODEL_COLOURS)], agg["mean"].values,
                                  agg["lower"].values, agg["upper"].values))
@@ -394,6 +401,13 @@ def prepare_aggregate(
     if quaternions is not None:
         info["quaternions"] = quaternions
     notes: list[str] = []
+    if dataset_level:
+        notes.append(f"dataset-level metric (one value per element from all {agg.attrs['n']} samples): "
+                     f"band = {method}")
+        if simultaneous or compare:
+            notes.append("no simultaneous band or paired comparison for a dataset-level metric (they need "
+                         "per-sample values)")
+        simultaneous = compare = False
     sim_method = _add_simultaneous_bands(series, sources, metric, level, notes) if simultaneous else None
     if compare:
         comparison = _comparison(sources, metric, alpha, (names[0], names[1]), notes)
@@ -448,6 +462,9 @@ def prepare_individual(
     results = _as_list(results)
     dims = _check_dims(results)
     check_same_samples(results)
+    if is_dataset_metric(results[0], metric):
+        raise ValueError(f"{metric!r} is a dataset-level metric (one value per orbit element from all samples): it "
+                         "has no individual plot; draw its aggregate plot, or pick a per-sample metric")
     names = _labels(results, labels)
     series = []
     for i, (res, name) in enumerate(zip(results, names)):

@@ -20,7 +20,7 @@ from ..analysis.nero import NeroData, metric_label, prepare_aggregate, prepare_i
 from ..analysis.reduce import METHODS
 from ..viz.disk import plane_names
 from ..viz.reduce_plots import HIGHLIGHT_RING, HIGHLIGHT_SIZE, POINT_SIZE, scatter_plotly
-from .data import MAX_MODELS, AppData, AppError, Context
+from .data import MAX_MODELS, AppData, AppError, Context, metric_choices
 from .state import (
     COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
     single_element_orbit, snap_element,
@@ -100,7 +100,7 @@ def metric_controls(data: AppData, group_key: Any, runs: Sequence[str], label_fr
         results = [data.result(r) for r in runs[:MAX_MODELS]]
         if not results:
             return [], None, None
-        options = view.metric_options(results, label_free)
+        options = metric_choices(view, results, label_free)
         if label_free and not view.label_free_available(results):
             return [], None, view.label_free_unavailable(results)
     except AppError as exc:
@@ -311,9 +311,11 @@ def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:
     selects that orbit element."""
 
     def prepare(sel: Selection, ctx: Context) -> NeroData:
-        return prepare_individual(list(ctx.results), int(sel.sample), ctx.metric, labels=ctx.names,  # type: ignore[arg-type]
+        label = metric_label(ctx.results, ctx.sample_metric)
+        note = f" ({_metric_label(ctx)} is dataset-level: no per-sample values)" if ctx.dataset_level else ""
+        return prepare_individual(list(ctx.results), int(sel.sample), ctx.sample_metric, labels=ctx.names,  # type: ignore[arg-type]
                                   marker=sel.element_dict,
-                                  title=f"sample {sel.sample}: {_metric_label(ctx)} (click to select an element)")
+                                  title=f"sample {sel.sample}: {label}{note} (click to select an element)")
 
     return _nero_figure(data, selection, "individual", prepare)
 
@@ -393,7 +395,7 @@ def stored_detail(data: AppData, selection: Any) -> list[Any]:
     except AppError as exc:
         return [html.P(str(exc), id="detail-title")]
     return data.memo(("detail", ctx.key, sel.sample, sel.element),
-                     lambda: ctx.view.stored_detail(_request(ctx, sel), ctx.metric))
+                     lambda: ctx.view.stored_detail(_request(ctx, sel), ctx.sample_metric))
 
 
 def live_detail(data: AppData, selection: Any, live_values: Sequence[Any]) -> list[Any]:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 from torch import nn
 
+from ..analysis.dataset_level import dataset_metric_names
 from ..analysis.nero import MODEL_COLOURS
 from ..analysis.ranking import Ranking, rank_differences, rank_samples
 from ..analysis.reduce import METHODS, Embedding, embed, orbit_statistic
@@ -38,7 +39,7 @@ from ..results.store import RunRecord, Store, StoreError
 from .state import Selection
 from .views import TaskView, view_for
 
-__all__ = ["AppError", "AppData", "Context", "RunGroup", "RunInfo", "MAX_MODELS"]
+__all__ = ["AppError", "AppData", "Context", "RunGroup", "RunInfo", "MAX_MODELS", "metric_choices"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,14 @@ class Context:
     dims: tuple[str, ...]
     coords: dict[str, np.ndarray]
     default_element: dict[str, float]
+    #: the per-sample metric of the individual plot, rankings, embeddings and detail panel: the
+    #: selected metric, or the view's default one when the selected metric is dataset-level
+    sample_metric: str = ""
+
+    @property
+    def dataset_level(self) -> bool:
+        """Whether the selected metric is dataset-level (aggregate plot only)."""
+        return self.sample_metric != self.metric
 
     @property
     def mask(self) -> np.ndarray | None:
@@ -152,6 +161,19 @@ class _LRU:
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+
+
+def metric_choices(view: TaskView, results: Sequence[OrbitResult], label_free: bool) -> list[tuple[str, str]]:
+    """``(value, label)`` of every metric the selector offers: the view's per-sample metrics,
+    then the dataset-level metrics every result can compute (labelled "dataset level"; in
+    label-free mode only those that need no labels)."""
+    options = list(view.metric_options(results, label_free))
+    if not results:
+        return options
+    first = results[0]
+    dataset = [m for m in dataset_metric_names(list(results))
+               if not (label_free and first.meta(m).needs_labels)]
+    return options + [(m, f"{first.meta(m).display} (dataset level)") for m in dataset]
 
 
 def align(results: Sequence[OrbitResult]) -> list[OrbitResult]:
@@ -290,9 +312,14 @@ class AppData:
         results = align([self.result(r, consensus=consensus) for r in sel.runs]) if consensus else align(plain)
         if results[0].n_samples == 0:
             raise AppError("the selected runs share no samples yet")
-        if sel.metric not in [v for v, _ in view.metric_options(results, sel.label_free)]:
+        per_sample = view.metric_options(results, sel.label_free)
+        if sel.metric not in [v for v, _ in metric_choices(view, results, sel.label_free)]:
             raise AppError(f"metric {sel.metric[:40]!r} is not available for these models"
                            + (" in label-free mode" if sel.label_free else ""))
+        sample_metric = (sel.metric if sel.metric in [v for v, _ in per_sample]
+                         else view.default_metric(per_sample, sel.label_free))
+        if sample_metric is None:
+            raise AppError("these models record no per-sample metric to show beside the dataset-level one")
         try:
             mask = view.subset_mask(results, sel.subset, sel.label_free)
         except ValueError as exc:
@@ -311,7 +338,7 @@ class AppData:
         return Context(
             key=key, group=group, view=view, run_ids=tuple(sel.runs), names=tuple(names),
             colours=tuple(MODEL_COLOURS[i % len(MODEL_COLOURS)] for i in range(len(sel.runs))),
-            results=tuple(results), metric=sel.metric, positions=positions,
+            results=tuple(results), metric=sel.metric, sample_metric=sample_metric, positions=positions,
             shown=np.asarray(results[0].data["sample"].values)[positions], dims=dims, coords=coords,
             default_element=default,
         )
@@ -333,10 +360,10 @@ class AppData:
             for i, res in enumerate(ctx.results):
                 if rank_by == "behind_other" and len(ctx.results) > 1:
                     other = ctx.results[1 if i == 0 else 0]
-                    out.append(rank_differences(res, other, ctx.metric, "a_worse", subset=ctx.positions))
+                    out.append(rank_differences(res, other, ctx.sample_metric, "a_worse", subset=ctx.positions))
                 else:
                     by = "most_variable" if rank_by == "most_variable" else "worst"
-                    out.append(rank_samples(res, ctx.metric, by, subset=ctx.positions))
+                    out.append(rank_samples(res, ctx.sample_metric, by, subset=ctx.positions))
             return out
 
         return self.memo(("rankings", ctx.key, rank_by), compute)
@@ -348,7 +375,7 @@ class AppData:
 
         def compute() -> Embedding:
             try:
-                return embed(self.subset_results(ctx)[index], ctx.metric, method, seed=0)
+                return embed(self.subset_results(ctx)[index], ctx.sample_metric, method, seed=0)
             except ValueError as exc:
                 raise AppError(f"cannot embed {ctx.names[index]}: {exc}") from exc
 
@@ -357,7 +384,7 @@ class AppData:
     def statistic(self, ctx: Context, index: int, stat: str) -> np.ndarray:
         """Per-sample orbit statistic (``mean``/``variance``) of run ``index``, shown samples."""
         return self.memo(("statistic", ctx.key, index, stat),
-                         lambda: orbit_statistic(self.subset_results(ctx)[index], ctx.metric, stat))  # type: ignore[arg-type]
+                         lambda: orbit_statistic(self.subset_results(ctx)[index], ctx.sample_metric, stat))  # type: ignore[arg-type]
 
     # -- models --------------------------------------------------------------------------------
     def _model_files(self) -> dict[str, Path]:

@@ -225,9 +225,12 @@ def plot(
     output: Path = typer.Option(..., "-o", "--output", help=".png/.pdf/.svg (static) or .html (interactive, offline)."),
     kind: str = typer.Option("aggregate", help="aggregate, individual (needs --sample), class (needs --cls) "
                              "or embedding (dimension reduction, one panel per run)."),
-    metric: Optional[str] = typer.Option(None, help="correct, confidence, top1_confidence, entropy, consensus_agreement, "
-                                         "consensus_confidence, kl_to_consensus, tv_to_consensus (default: correct "
-                                         "for aggregate/class plots, confidence for individual/embedding)."),
+    metric: Optional[str] = typer.Option(None, help="Any per-sample metric the runs record (e.g. correct, confidence, "
+                                         "entropy, iou, epe), a consensus metric (e.g. consensus_agreement), or, for "
+                                         "aggregate and class plots, a dataset-level metric of the task (e.g. "
+                                         "class_accuracy, ap50, map, nero_conf_iou; band: bootstrap over samples). "
+                                         "Default: correct (or the task's primary metric) for aggregate/class plots, "
+                                         "confidence for individual/embedding."),
     sample: Optional[int] = typer.Option(None, help="Sample id for --kind individual."),
     cls: Optional[int] = typer.Option(None, "--cls", help="Class for --kind class."),
     marker: Optional[str] = typer.Option(None, help="Mark an orbit element, e.g. angle=90."),

@@ -43,7 +43,7 @@ from .lazy import ResultSource, fill_value, joined_extra_shape, pad_to
 from .streaming import CachedArray, GroupedMoments, Moments
 
 __all__ = ["OrbitResult", "wilson_interval", "mean_interval", "t_interval", "aggregate", "assemble_result",
-           "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics",
+           "result_from_arrays", "check_same_orbit", "variable_info", "declared_variable", "task_of", "dataset_metrics", "dataset_states",
            "subset_mask", "check_same_samples", "fill_value", "CHUNK_SAMPLES", "PIECE_VALUES", "rows_for"]
 
 
@@ -462,14 +462,13 @@ def result_from_arrays(layout: dict[str, Any], values: dict[str, Any], samples: 
     return OrbitResult(xr.Dataset(data, coords=coords, attrs=clean), source)
 
 
-def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
-    """Dataset-level metrics per orbit element from the task's ``compute`` (e.g.
-    ``class_accuracy`` for classification), over all samples or a ``subset`` (mask / indices).
-    Only the variables the task's ``compute_reads`` names are read from a stored run (for
-    classification the label and correctness: a few bytes per sample and element).
+def dataset_states(result: "OrbitResult", subset: Any = None) -> tuple[Any, tuple[str, ...], dict[str, np.ndarray]]:
+    """What a task's ``compute`` reads, loaded once: ``(task, orbit dims, states)``, each state
+    with the sample axis first (only the variables the task's ``compute_reads`` names), over all
+    samples or a ``subset`` (mask / indices).
 
-    Returns:
-        Dataset over the orbit dims, one variable per metric (with its metadata in attrs).
+    Raises:
+        ValueError: the result carries no task spec.
     """
     from ..tasks.base import task_from_spec
 
@@ -482,11 +481,26 @@ def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
     sel = ds[[n for n in reads if n in ds]]
     sel = sel if subset is None else sel.isel(sample=np.asarray(subset))
     states = {n: sel[n].transpose("sample", *[d for d in sel[n].dims if d != "sample"]).values for n in sel.data_vars}
+    return task, dims, states
+
+
+def dataset_metrics(result: "OrbitResult", subset: Any = None) -> xr.Dataset:
+    """Dataset-level metrics per orbit element from the task's ``compute`` (e.g.
+    ``class_accuracy`` for classification), over all samples or a ``subset`` (mask / indices).
+    Only the variables the task's ``compute_reads`` names are read from a stored run (for
+    classification the label and correctness: a few bytes per sample and element).
+
+    Returns:
+        Dataset over the orbit dims, one variable per metric (with its metadata in attrs).
+    """
+    ds = result.data if isinstance(result, OrbitResult) else result
+    task, dims, states = dataset_states(result, subset)
     metrics = task.compute(states, len(dims))
     meta = {v.name: v for v in task.dataset_variables()}
     coords = {d: ds.coords[d].values for d in dims}
-    return xr.Dataset({n: xr.Variable(dims, np.asarray(v), attrs=meta[n].attrs() if n in meta else None)
-                       for n, v in metrics.items()}, coords=coords, attrs={"n": int(sel.sizes["sample"])})
+    n = ds.sizes["sample"] if subset is None else np.arange(ds.sizes["sample"])[np.asarray(subset)].size
+    return xr.Dataset({name: xr.Variable(dims, np.asarray(v), attrs=meta[name].attrs() if name in meta else None)
+                       for name, v in metrics.items()}, coords=coords, attrs={"n": int(n)})
 
 
 def check_same_orbit(a: OrbitResult, b: OrbitResult) -> None:

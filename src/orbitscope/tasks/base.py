@@ -148,6 +148,20 @@ class Task:
         ``(samples, *orbit shape, ...)``; returns arrays over the orbit shape. None by default."""
         return {}
 
+    def compute_resampled(self, states: Mapping[str, np.ndarray], orbit_axes: int, counts: np.ndarray,
+                          metric: str) -> np.ndarray:
+        """One dataset-level ``metric`` on each bootstrap resample of the samples: ``counts``
+        (B, samples) says how often each sample is drawn in resample b; returns (B, *orbit shape).
+
+        By default one :meth:`compute` per resample, on the states with each sample repeated
+        ``counts[b]`` times; a task may override it with a vectorised, weighted computation that
+        gives the same values."""
+        out = []
+        for row in np.asarray(counts):
+            idx = np.repeat(np.arange(row.size), row)
+            out.append(np.asarray(self.compute({k: np.asarray(v)[idx] for k, v in states.items()}, orbit_axes)[metric]))
+        return np.stack(out)
+
     def dataset_variables(self) -> list[Variable]:
         """Variables that ``compute`` returns (over orbit dims only)."""
         return []

@@ -157,6 +157,27 @@ class Classification(Task):
             return {}
         return {"class_accuracy": class_mean_accuracy(np.asarray(states["label"]), states["correct"])}
 
+    def compute_resampled(self, states: Mapping[str, np.ndarray], orbit_axes: int, counts: np.ndarray,
+                          metric: str) -> np.ndarray:
+        """``class_accuracy`` on every resample at once: each class's accuracy weighted by the
+        draw counts, averaged over the classes drawn (as :func:`class_mean_accuracy` on the
+        resampled samples)."""
+        if metric != "class_accuracy":
+            return super().compute_resampled(states, orbit_axes, counts, metric)
+        labels = np.asarray(states["label"])
+        correct = np.asarray(states["correct"], dtype=np.float64)
+        flat = correct.reshape(len(labels), -1)
+        w = np.asarray(counts, dtype=np.float64)
+        total = np.zeros((w.shape[0], flat.shape[1]))
+        present = np.zeros((w.shape[0], 1))
+        for k in np.unique(labels):
+            wk = np.where(labels == k, w, 0.0)  # (B, S)
+            drawn = wk.sum(1, keepdims=True)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                total += np.where(drawn > 0, (wk @ flat) / np.maximum(drawn, 1), 0.0)
+            present += drawn > 0
+        return (total / present).reshape(w.shape[0], *correct.shape[1:])
+
     def dataset_variables(self) -> list[Variable]:
         return [Variable("class_accuracy", "float64", description="mean over classes of each class's accuracy",
                          kind="probability", label="class-mean accuracy")]

@@ -28,14 +28,14 @@ import numpy as np
 from PIL import Image
 
 from .interactive import figure_html, render_plotly
-from ..analysis.nero import (MODEL_COLOURS, NeroData, NeroSeries, check_same_samples, layout_kind, metric_label,
-                             prepare_aggregate, prepare_individual, rotation_quaternions, sample_classes,
-                             sample_groups)
+from ..analysis.dataset_level import DEFAULT_BOOTSTRAP, dataset_metric_names
+from ..analysis.nero import (check_same_samples, layout_kind, metric_label, prepare_aggregate, prepare_individual,
+                             rotation_quaternions, sample_classes, sample_groups)
 from ..analysis.ranking import rank_samples
 from ..analysis.reduce import embed, orbit_statistic
 from .plot import SIMULTANEOUS_LAYOUTS, render
 from .reduce_plots import scatter_plotly
-from ..results.result import OrbitResult, dataset_metrics
+from ..results.result import OrbitResult
 from ..stats.invariance import InvarianceTest, format_p, invariance_test
 
 __all__ = ["write_report", "summary_rows", "non_equivariance", "invariance_tests", "MAX_DROP_COLUMN", "REPORT_CSS",
@@ -377,23 +377,16 @@ def _groups_section(results: list[OrbitResult], labels: list[str], headline: str
 
 
 def _dataset_section(results: list[OrbitResult], labels: list[str], fig: Any) -> str:
-    """Dataset-level metrics per orbit element (the task's ``compute``, e.g. AP@0.5 for detection)."""
-    metrics = [dataset_metrics(r) for r in results]
-    names = [n for n in metrics[0].data_vars if all(n in m for m in metrics) and metrics[0][n].dims == results[0].orbit_dims]
+    """Dataset-level metrics per orbit element (the task's ``compute``, e.g. AP@0.5 for detection),
+    each with its percentile-bootstrap band over samples."""
+    names = dataset_metric_names(results)
     if not names:
         return ""
-    dims = results[0].orbit_dims
-    quaternions = rotation_quaternions(results)  # a list of 3-D rotations: drawn as the rotation map
-    out = ["<h2>Dataset-level metrics</h2><p class='note'>computed over all samples at each orbit element (no "
-           "per-sample mean, so no band)</p><div class='grid'>"]
+    out = ["<h2>Dataset-level metrics</h2><p class='note'>computed over all samples at each orbit element; band: "
+           f"percentile bootstrap over samples ({DEFAULT_BOOTSTRAP} resamples)</p><div class='grid'>"]
     for name in names:
-        label = metrics[0][name].attrs.get("label") or name
-        series = [NeroSeries(lab, MODEL_COLOURS[i % len(MODEL_COLOURS)], np.asarray(m[name].values))
-                  for i, (m, lab) in enumerate(zip(metrics, labels))]
-        data = NeroData(kind=layout_kind(dims, quaternions), scope="aggregate", metric=name, metric_label=str(label),
-                        dims=dims, coords={d: np.asarray(results[0].data.coords[d].values) for d in dims},
-                        series=series, value_range=(0.0, 1.0), title=f"dataset-level: {label}",
-                        info={} if quaternions is None else {"quaternions": quaternions})
+        data = prepare_aggregate(results, name, labels=labels,
+                                 title=f"dataset-level: {metric_label(results, name)}")
         out.append(fig(render_plotly(data), height=420))
     out.append("</div>")
     return "".join(out)
