@@ -6,8 +6,9 @@ largest norm 1), evaluated with ``PointCloudClassification(store_probabilities=T
 ``store_inputs=True`` and ``consensus=True`` over NERO's SO(3) sample ``NeroSO3(axis_step=60, angle_step=45)`` and over
 ``SO3Grid(12)`` by two tiny point networks of a registered architecture: ``net-a`` (weights in the
 store's model cache: live re-evaluation re-runs it) and ``net-b`` (no weights: not loadable);
-``net-c`` over ``SO3Grid(12)`` without stored clouds or probabilities; and ``net-a`` over a planar
-``Rotation([0, 30, 90])`` (rotations about z).
+``net-c`` over ``SO3Grid(12)`` without stored clouds, probabilities or NERO's score
+(``nero_score=False``); and ``net-a`` over a planar ``Rotation([0, 30, 90])`` (rotations about z).
+The networks return logits, so every run but net-c's records ``nero_score`` (the task's default).
 
 References are computed independently of the library: NERO's rotation from its quaternion
 ``q = (cos ψ/2, sin ψ/2 · axis)`` with the axis of each plane written out here, the super-Fibonacci
@@ -113,7 +114,7 @@ def build_pointcloud_store(home: Path) -> dict[tuple[str, str], str]:
     run = osc.evaluate(saved, (clouds, labels), osc.Rotation([0, 30, 90]), PointCloudClassification(store_probabilities=True),
                        store=home, name="net-a-rotation", model_name="net-a", store_inputs=True, data_id="clouds")
     ids[("rotation", "net-a")] = run.run_id
-    run = osc.evaluate(StoredPointNet(2), (clouds, labels), ORBITS["so3_grid"], PointCloudClassification(),
+    run = osc.evaluate(StoredPointNet(2), (clouds, labels), ORBITS["so3_grid"], PointCloudClassification(nero_score=False),
                        store=home, name="net-c-so3_grid", model_name="net-c", store_inputs=False, data_id="clouds")
     ids[("so3_grid", "net-c")] = run.run_id
     return ids
@@ -281,8 +282,9 @@ def test_point_cloud_runs_get_their_view_and_the_classification_selectors(store)
     assert [d.dim for d in c.live] == ["plane", "axis_angle", "rotation_angle"]
     options, value, msg = cb.metric_controls(data, group.key, c.models, False, None)
     values = [o["value"] for o in options]
-    assert value == "confidence" and msg is None
+    assert value == "nero_score" and msg is None  # NERO's individual score: the runs recorded it
     assert values[:4] == ["confidence", "correct", "top1_confidence", "entropy"]  # prediction: a state
+    assert "nero_score" in values and "true-class logit, min–max over classes (NERO)" in [o["label"] for o in options]
     assert {"consensus_confidence", "consensus_agreement"} <= set(values)
     options, value, msg = cb.metric_controls(data, group.key, c.models, True, None)
     assert value == "consensus_confidence" and msg is None
@@ -551,3 +553,25 @@ def test_a_planar_orbit_turns_the_cloud_about_z(store):
     np.testing.assert_allclose(_bars(_find_in(live, "live-bars").figure)["net-a-rotation"],
                                probabilities(StoredPointNet(0), turned), atol=2e-5)
     assert _find_in(live, live_control_id("elevation")).value == -90.0
+
+
+def test_the_default_metric_is_nero_score_where_every_run_has_it_else_confidence(store):
+    """NERO's individual score by default for runs of logit models; the true-class confidence for
+    a run without it (net-c, ``nero_score=False``) and for a comparison that includes one; in
+    label-free mode the consensus confidence. The view's own rule, then through the callback."""
+    data, ids, _ = store
+    view = view_for("pointcloud")
+    options = [("confidence", "c"), ("correct", "a"), ("nero_score", "n")]
+    assert view.default_metric(options, False) == "nero_score"
+    assert view.default_metric(options[:2], False) == "confidence"
+    assert view.default_metric([("consensus_confidence", "cc"), *options], True) == "consensus_confidence"
+    group = _group(data, "so3_grid")
+    with_score, without = ids[("so3_grid", "net-a")], ids[("so3_grid", "net-c")]
+    assert "nero_score" in data.store.load(with_score).data and "nero_score" not in data.store.load(without).data
+    for runs, want in (([with_score], "nero_score"), ([without], "confidence"), ([with_score, without], "confidence")):
+        _, value, msg = cb.metric_controls(data, group.key, runs, False, None)
+        assert (value, msg) == (want, None), runs
+    # a metric the user chose is kept
+    assert cb.metric_controls(data, group.key, [with_score], False, "correct")[1] == "correct"
+    # the classification view keeps its own default
+    assert ClassificationView().default_metric(options, False) == "confidence"

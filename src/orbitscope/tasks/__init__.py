@@ -7,9 +7,10 @@ from .base import TASKS, Task, concat_outputs, list_tasks, register_task, split_
 from .classification import Classification, class_mean_accuracy, to_probabilities
 from .detection import Detection
 from .flow import Flow
-from .pointcloud import PointCloudClassification, orbit_minmax
+from .pointcloud import PointCloudClassification, minmax_over_classes, minmax_over_orbit, orbit_minmax
 from .variables import ENGINE_VARIABLES, VARIABLE_KINDS, Variable, VariableKind, variable_meta
 
 __all__ = ["Task", "TASKS", "register_task", "list_tasks", "task_from_spec", "split_item", "concat_outputs",
-           "Classification", "Detection", "Flow", "PointCloudClassification", "orbit_minmax", "to_probabilities", "class_mean_accuracy", "Variable", "VariableKind", "VARIABLE_KINDS",
+           "Classification", "Detection", "Flow", "PointCloudClassification", "minmax_over_classes",
+           "minmax_over_orbit", "orbit_minmax", "to_probabilities", "class_mean_accuracy", "Variable", "VariableKind", "VARIABLE_KINDS",
            "ENGINE_VARIABLES", "variable_meta"]

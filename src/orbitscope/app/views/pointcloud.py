@@ -9,7 +9,10 @@ other list of rotations (dim ``rotation``).
 Metrics, class subsets and label-free mode are the classification view's
 (:class:`~orbitscope.app.views.classification.ClassificationView`, subclassed here): subsets by
 the stored ``label`` (in label-free mode by the first compared model's consensus class), metrics
-that need labels hidden in label-free mode.
+that need labels hidden in label-free mode. The default metric is NERO's individual score,
+``nero_score`` (the true-class logit min–max normalised over the classes of each prediction: 1
+exactly where the prediction is right), when every compared run recorded it (runs of models
+that return logits, by default), else the true-class ``confidence``.
 
 Detail panel for the selected sample at the selected element:
 
@@ -462,6 +465,14 @@ class PointCloudView(ClassificationView):
     classification view's."""
 
     kind = "pointcloud"
+
+    def default_metric(self, options: Sequence[tuple[str, str]], label_free: bool) -> str | None:
+        """NERO's individual score (``nero_score``: the true-class logit min–max normalised over
+        the classes of each prediction) when every compared run recorded it and labels are in
+        use; otherwise the classification view's default (``confidence``, ...)."""
+        if not label_free and "nero_score" in (v for v, _ in options):
+            return "nero_score"
+        return super().default_metric(options, label_free)
 
     @classmethod
     def register_callbacks(cls, app: Any, data: Any) -> None:
