@@ -6,6 +6,7 @@ the report, ``orbitscope plot``, the interface)."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -166,3 +167,37 @@ def test_interface_offers_dataset_metrics_and_draws_them(mnist_runs) -> None:
     ind = cb.individual_figure(data, sel)
     title = ind["layout"]["title"]["text"]
     assert "dataset-level" in title and "confidence" in title
+
+
+@pytest.mark.parametrize("with_ignored", [False, True])
+def test_resampled_detection_ap_equals_ap_of_the_repeated_samples(with_ignored: bool) -> None:
+    """The weighted AP of each resample = the AP (tested against pycocotools elsewhere) of the data
+    with each sample repeated as often as the resample draws it (continuous scores: no ties)."""
+    from orbitscope.tasks.detection_metrics import average_precision
+    from orbitscope.tasks.detection_resampling import average_precision_resampled, weighted_nanmean
+
+    rng = np.random.default_rng(7)
+    s, k, n = 30, 6, 4
+    for _ in range(4):
+        scores = np.sort(rng.random((s, k)), axis=1)[:, ::-1]
+        labels = rng.integers(-1, 3, (s, k))
+        matched = np.sort(rng.random((s, k, 10)) < 0.4, axis=2)[:, :, ::-1]  # nested over thresholds
+        ignored = (rng.random((s, k, 10)) < 0.15) & ~matched if with_ignored else None
+        gt_labels, gt_visible = rng.integers(0, 3, (s, n)), rng.random((s, n)) < 0.5
+        counts = bootstrap_counts(s, 20, int(rng.integers(1000)))
+        ap50 = average_precision_resampled(scores, labels, matched, gt_labels, gt_visible, counts, ignored, slice(0, 1))
+        m_ap = average_precision_resampled(scores, labels, matched, gt_labels, gt_visible, counts, ignored)
+        for b in range(20):
+            idx = np.repeat(np.arange(s), counts[b])
+            want = average_precision(scores[idx], labels[idx], matched[idx], gt_labels[idx], gt_visible[idx],
+                                     None if ignored is None else ignored[idx])
+            np.testing.assert_allclose([ap50[b], m_ap[b]], want, atol=1e-12)
+    values = rng.random((12, 5))
+    values[rng.random((12, 5)) < 0.3] = np.nan
+    counts = bootstrap_counts(12, 6, 1)
+    got = weighted_nanmean(values, counts)
+    for b in range(6):
+        rep = np.repeat(values, counts[b], axis=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN
+            np.testing.assert_allclose(got[b], np.nanmean(rep, axis=0))
