@@ -75,3 +75,38 @@ def test_cli_evaluates_built_in_meshes_over_nero_sample_with_a_saved_model(tmp_p
     bad = CliRunner().invoke(app, ["evaluate", "--task", "pointcloud", "--data", "meshes:test,n=1,points=64",
                                    "--orbit", "so3:8", "--view-size", "16", "--model", str(tmp_path / "pn.safetensors")])
     assert bad.exit_code != 0 and "--view-size is for --task detection" in bad.output
+
+
+def test_the_demo_models_return_logits_so_its_runs_record_nero_score(tmp_path):
+    """Every model of the demo (the shipped weights; nothing trains) returns logits, not
+    probabilities, so the demo's task records NERO's individual score; at the identity it equals
+    a plain loop (seeds.md §4: min–max over the classes of that one prediction) over the model's
+    own outputs."""
+    from orbitscope.data.meshes import MeshClouds
+    from orbitscope.demos.pointcloud import DEMO_TASK, POINT_RECIPES, SYMMETRY_GROUP
+    from orbitscope.demos.shipped import cache_ready
+    from orbitscope.training.pointcloud import cached_point_model, point_cache_path
+
+    assert DEMO_TASK.nero_score and "nero_score" in [v.name for v in DEMO_TASK.variables()]
+    data = MeshClouds("test", n_per_class=1, points=64)
+    clouds = torch.stack([data[i][0] for i in range(len(data))])
+    labels = np.array([int(data[i][1]) for i in range(len(data))])
+    models = {}
+    for name, recipe in POINT_RECIPES.items():
+        assert cache_ready(point_cache_path(recipe, tmp_path))
+        models[name] = cached_point_model(recipe, tmp_path)[0].eval()
+    models["symmetrized"] = osc.symmetrize(models["pointnet"], SYMMETRY_GROUP, input_kind="points")
+    orbit = NeroSO3(axis_step=180, angle_step=180)  # ψ = 0 (the identity) and 180°
+    for name, model in models.items():
+        with torch.no_grad():
+            logits = model(clouds).double().numpy()
+        looks_like_probabilities = (logits >= 0).all() and np.allclose(logits.sum(1), 1, atol=1e-3)
+        assert not looks_like_probabilities, name
+        want = []
+        for z, y in zip(logits, labels):
+            lo, hi = min(z), max(z)
+            want.append((z[y] - lo) / (hi - lo))
+        res = osc.evaluate(model, data, orbit, DEMO_TASK).result
+        got = res.data["nero_score"].sel(rotation_angle=0.0).values  # (sample, plane, axis_angle)
+        np.testing.assert_allclose(got, np.broadcast_to(np.array(want)[:, None, None], got.shape), atol=1e-4,
+                                   err_msg=name)

@@ -14,7 +14,10 @@ Two parts, written to ``<out>/`` (PNGs, ``summary.csv``, ``report.html``):
    evaluated once) at 10° axis steps (:data:`NERO_ORBIT`; NERO's own 5° grid, ``so3:nero``, is
    twice the work) on 200 held-out clouds (20 per class), drawn as NERO's disks (identity at the
    centre, 180° at the rim) of accuracy and true-class confidence, for PointNet plain and
-   rotation-augmented (:data:`NERO_MODELS`, NERO's contrast).
+   rotation-augmented (:data:`NERO_MODELS`, NERO's contrast), and NERO's individual disk of one
+   cloud (:data:`INDIVIDUAL_SAMPLE`) in NERO's individual score, ``nero_score`` (the true-class
+   logit min–max normalised over the classes of each prediction: 1 exactly where the prediction
+   is right; the demo's models return logits, so the task records it).
 2. **A near-uniform grid** (super-Fibonacci, 64 rotations) on the same 200 clouds, every model:
    means over it estimate the mean over all of SO(3) without NERO's bias towards the identity.
 
@@ -43,13 +46,13 @@ from ..results.store import Store
 from ..results.tables import write_csv
 from ..tasks.pointcloud import PointCloudClassification
 from ..training.pointcloud import PointCloudRecipe, cached_point_model, point_cache_path
-from ..viz.plot import nero_plot, save_figure
+from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from ..lie.generators import SPATIAL
 from .lee import LEE_SAMPLES, LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
 
-__all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "NERO_MODELS", "CONTRASTS", "run_pointcloud_demo", "train_point_models", "rotation_rows"]
+__all__ = ["POINT_RECIPES", "TRAINING_ORDER", "NERO_TEST", "NERO_ORBIT", "GRID_TEST", "GRID_ORBIT", "NERO_MODELS", "INDIVIDUAL_SAMPLE", "CONTRASTS", "DEMO_TASK", "run_pointcloud_demo", "train_point_models", "rotation_rows"]
 
 #: the trained models (display name -> recipe)
 POINT_RECIPES: dict[str, PointCloudRecipe] = {
@@ -70,6 +73,8 @@ TRAINING_ORDER = ("dgcnn-so3", "pointnet-so3", "dgcnn", "pointnet", "distance")
 NERO_TEST = "meshes:test,n=20,points=256"
 NERO_ORBIT = "so3-nero:10:15"
 NERO_MODELS = ("pointnet", "pointnet-so3")
+#: the held-out cloud (its ``sample`` coordinate) drawn in NERO's individual disk of ``nero_score``
+INDIVIDUAL_SAMPLE = 0
 GRID_TEST = "meshes:test,n=20,points=256"
 GRID_ORBIT = "so3:64"
 #: the headline contrasts (A, B) per part: augmented vs plain, symmetrised vs plain
@@ -77,6 +82,9 @@ CONTRASTS = {"nero": (("pointnet-so3", "pointnet"),),
              "uniform": (("pointnet-so3", "pointnet"), ("dgcnn-so3", "dgcnn"), ("pointnet-octahedral", "pointnet"))}
 #: the finite group the plain PointNet is symmetrised over
 SYMMETRY_GROUP = "octahedral"
+#: the demo's task: class probabilities kept (consensus, the interface's bars); every model here
+#: returns logits (the symmetrised one log mean probabilities), so ``nero_score`` is recorded
+DEMO_TASK = PointCloudClassification(store_probabilities=True)
 
 #: the point-cloud demo's result (runs, summaries and files per part)
 PointCloudDemo = CaseResult
@@ -148,7 +156,7 @@ def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "d
                                           for name, recipe in POINT_RECIPES.items()}
     symmetrized = f"pointnet-{SYMMETRY_GROUP}"  # 24 forwards per cloud: on the uniform grid only
     models[symmetrized] = symmetrize(models["pointnet"], SYMMETRY_GROUP, input_kind="points")
-    task = PointCloudClassification(store_probabilities=True)
+    task = DEMO_TASK
     for part, spec, orbit_spec, consensus in (("nero", NERO_TEST, NERO_ORBIT, True),
                                               ("uniform", GRID_TEST, GRID_ORBIT, False)):
         orbit = parse_orbit(orbit_spec)
@@ -178,6 +186,10 @@ def run_pointcloud_demo(home: str | Path | None = None, out_dir: str | Path = "d
                               say=say, seconds=demo.seconds)
             demo.summaries["uniform lee"] = lee.rows
             demo.files.update({f"pointcloud {k}": v for k, v in lee.files.items()})
+        else:  # NERO's individual disk, in NERO's individual score
+            demo.files["pointcloud nero individual"] = save_figure(
+                individual_plot(results, INDIVIDUAL_SAMPLE, "nero_score", labels=names),
+                folder / f"nero_score_sample{INDIVIDUAL_SAMPLE}.png")
         demo.files.update({
             f"pointcloud {part} accuracy": save_figure(nero_plot(results, "correct", labels=names),
                                                        folder / "nero_accuracy.png"),

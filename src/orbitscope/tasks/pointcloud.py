@@ -58,8 +58,8 @@ def minmax_over_classes(scores: Tensor, labels: Tensor) -> Tensor:
 
     Convention: ``scores`` are logits (any per-row shift or positive scale of them gives the same
     values, so log-softmax outputs and log-probabilities of a softmax do too); not probabilities,
-    whose min–max is a different quantity. A row whose classes all score the same gives
-    :data:`TIED_SCORE` (0.5). Where the true class holds the row's largest score the value is
+    whose min–max is a different quantity. A row whose classes all score the same gives 0.5
+    (``TIED_SCORE``; NERO's formula divides by zero there). Where the true class holds the row's largest score the value is
     exactly 1; elsewhere it is below 1 (at most the float32 just below 1) and at least 0. A row
     with a non-finite score gives NaN.
 
