@@ -266,7 +266,8 @@ def test_key_object_ground_truth_against_a_plain_loop(seed):
         order = np.argsort(-ds, kind="stable")
         top = _plain_iou(db[order][0], gb[0]) if len(db) else 0.0
         assert ours["iou"][i] == pytest.approx(top, abs=1e-5)
-        hit = any(lab == gl[0] and s >= 0.5 and _plain_iou(b, gb[0]) >= 0.5 for b, lab, s in zip(db, dl, ds))
+        hit = any(lab == gl[0] and s >= task.score_threshold and _plain_iou(b, gb[0]) >= 0.5
+                  for b, lab, s in zip(db, dl, ds))
         assert ours["recall"][i] == pytest.approx(float(hit), abs=1e-6)
 
 

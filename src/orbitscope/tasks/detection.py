@@ -69,7 +69,8 @@ from ..errors import DataError, ModelError
 from ..group.elements import Transforms
 from ..kinds.boxes import Boxes, box_iou, fuse_boxes, pad_boxes_dim, read_detections
 from .base import Task, register_task
-from .detection_metrics import IOU_THRESHOLDS, average_precision, match_detections
+from .detection_metrics import (IOU_THRESHOLDS, average_precision, match_detections, nero_average_precision,
+                                nero_box_iou, nero_counts, nero_rates)
 from .variables import Variable
 
 __all__ = ["Detection"]
@@ -87,6 +88,13 @@ _METRICS = (
              kind="probability", label="recall@0.5"),
     Variable("f1", "float32", description="2·TP / (detections + ground truth), IoU ≥ 0.5", kind="probability",
              label="F1@0.5"),
+    Variable("nero_precision", "float32", description="NERO's precision: predictions scoring at least "
+             "nero_score_threshold that hit a ground-truth box of their class (IoU > 0.5, +1-pixel sides, no "
+             "one-to-one matching) / those predictions", kind="probability", label="NERO precision"),
+    Variable("nero_recall", "float32", description="NERO's recall: min(1, NERO's true positives / ground-truth "
+             "boxes)", kind="probability", label="NERO recall"),
+    Variable("nero_f1", "float32", description="NERO's F1: 2PR / (P + R) of nero_precision and nero_recall",
+             kind="probability", label="NERO F1"),
 )
 _DATASET = (
     Variable("ap50", "float64", description="AP at IoU 0.5 (COCO's 101-point interpolation)", kind="probability",
@@ -94,16 +102,21 @@ _DATASET = (
     Variable("map", "float64", description="COCO mAP@[.5:.95]", kind="probability", label="mAP@[.5:.95]"),
     Variable("nero_conf_iou", "float64", description="NERO's aggregate: mean(confidence) · mean(IoU)",
              kind="probability", label="mean confidence × mean IoU"),
+    Variable("nero_ap", "float64", description="NERO's 'AP': py-faster-rcnn's voc_ap of the per-sample (NERO recall, "
+             "NERO precision) pairs in sample order; not a precision-recall curve, not COCO's AP",
+             kind="probability", label="NERO AP"),
 )
 _CONSENSUS_DATASET = (
     Variable("consensus_ap50", "float64", description="AP at IoU 0.5 against the consensus objects",
              kind="probability", needs_labels=False, label="AP@0.5 vs consensus"),
     Variable("consensus_map", "float64", description="COCO mAP@[.5:.95] against the consensus objects",
              kind="probability", needs_labels=False, label="mAP@[.5:.95] vs consensus"),
+    Variable("consensus_nero_ap", "float64", description="NERO's 'AP' (see nero_ap) against the consensus objects",
+             kind="probability", needs_labels=False, label="NERO AP vs consensus"),
 )
 #: part of every detection run's identity: bumped when a metric's or the consensus's definition
 #: changes, so that stored runs made under the old one are not reused
-DEFINITIONS_VERSION = 2
+DEFINITIONS_VERSION = 3
 #: boxes kept per row for the views (``top_boxes``)
 TOP_BOXES = 3
 
@@ -114,7 +127,9 @@ class Detection(Task):
     """Object detection (see the module docstring).
 
     Args:
-        score_threshold: detections scoring at least this count for precision, recall and F1.
+        score_threshold: detections scoring at least this count for precision, recall and F1
+            (COCO-style counting; the default, torchvision's ``box_score_thresh``, keeps the
+            low-scoring detections of small or uncertain detectors).
         max_detections: detections kept per row for AP (COCO keeps 100 per image and class).
         max_objects: most ground-truth boxes per image (the width of the in-view state).
         input_kind: ``"window"`` (a field of view moving over a larger context image, NERO's
@@ -124,28 +139,34 @@ class Detection(Task):
             the orbit, 0 where missed).
         ground_truth: ``"all"`` (every box in view) or ``"key"`` (box 0 of each sample, the other
             boxes ignored regions: see the module docstring).
+        nero_score_threshold: predictions scoring at least this count for NERO's precision,
+            recall and F1 (``nero_*``). NERO counted every prediction its Faster R-CNN returned,
+            i.e. those above torchvision's 0.05 floor: the default; 0 counts every prediction.
     """
 
-    score_threshold: float = 0.5
+    score_threshold: float = 0.05
     max_detections: int = 10
     max_objects: int = 16
     input_kind: str = "window"
     consensus_score: float = 0.25
     ground_truth: str = "all"
+    nero_score_threshold: float = 0.05
     kind: str = field(default="detection", init=False)
     target_kind = "boxes"
     output_kind = "boxes"
     primary = "conf_iou"
     supports_consensus = True
     compute_reads = ("target_labels", "gt_visible", "det_scores", "det_labels", "det_matched", "det_ignored",
-                     "confidence", "iou", "consensus_det_ignored",
+                     "confidence", "iou", "consensus_det_ignored", "nero_precision", "nero_recall",
+                     "consensus_nero_precision", "consensus_nero_recall",
                      "consensus_labels", "consensus_gt_visible", "consensus_det_matched")
     consensus_stored = {"consensus_boxes": ("consensus_object", "coord"), "consensus_labels": ("consensus_object",),
                         "consensus_scores": ("consensus_object",)}
 
     def __post_init__(self) -> None:
-        if not 0.0 <= float(self.score_threshold) <= 1.0:
-            raise ValueError(f"score_threshold must be in [0, 1], got {self.score_threshold!r}")
+        for name in ("score_threshold", "nero_score_threshold"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if int(self.max_detections) < 1 or int(self.max_objects) < 1:
             raise ValueError("max_detections and max_objects must be at least 1")
         if self.input_kind not in ("window", "image"):
@@ -158,17 +179,18 @@ class Detection(Task):
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "Detection":
-        return cls(score_threshold=float(spec.get("score_threshold", 0.5)),
+        return cls(score_threshold=float(spec.get("score_threshold", 0.05)),
                    max_detections=int(spec.get("max_detections", 10)), max_objects=int(spec.get("max_objects", 16)),
                    input_kind=str(spec.get("input_kind", "window")),
                    consensus_score=float(spec.get("consensus_score", 0.25)),
-                   ground_truth=str(spec.get("ground_truth", "all")))
+                   ground_truth=str(spec.get("ground_truth", "all")),
+                   nero_score_threshold=float(spec.get("nero_score_threshold", 0.05)))
 
     def spec(self) -> dict[str, Any]:
         out = {"kind": self.kind, "score_threshold": float(self.score_threshold),
                "max_detections": int(self.max_detections), "max_objects": int(self.max_objects),
                "input_kind": self.input_kind, "consensus_score": float(self.consensus_score),
-               "version": DEFINITIONS_VERSION}
+               "nero_score_threshold": float(self.nero_score_threshold), "version": DEFINITIONS_VERSION}
         if self.ground_truth != "all":  # absent by default: earlier runs keep their identity
             out["ground_truth"] = self.ground_truth
         return out
@@ -285,6 +307,7 @@ class Detection(Task):
         tp = (matched[:, :, 0] & shown).sum(1).float()
         n_pred, n_gt = shown.sum(1).float(), gt_valid.sum(1).float()
         nan = torch.full_like(tp, torch.nan)
+        nero_p, nero_r, nero_f1 = self._nero_rates(outputs, targets, gt_valid)
         powers = 2 ** torch.arange(len(IOU_THRESHOLDS), device=device)
         bits = (matched.to(torch.int32) * powers).sum(-1)
         extra = {} if ignored is None else {"det_ignored": (ignored.to(torch.int32) * powers).sum(-1).to(torch.int32)}
@@ -295,6 +318,9 @@ class Detection(Task):
             "precision": torch.where(n_pred > 0, tp / n_pred.clamp_min(1), nan),
             "recall": torch.where(n_gt > 0, tp / n_gt.clamp_min(1), nan),
             "f1": torch.where(n_pred + n_gt > 0, 2 * tp / (n_pred + n_gt).clamp_min(1), nan),
+            "nero_precision": nero_p,
+            "nero_recall": nero_r,
+            "nero_f1": nero_f1,
             "det_scores": torch.where(det, scores, torch.zeros_like(scores)),
             "det_labels": labels.to(torch.int16),
             "det_matched": bits.to(torch.int32),
@@ -303,19 +329,40 @@ class Detection(Task):
             **extra,
         }
 
+    def _nero_rates(self, outputs: Boxes, targets: Boxes, gt_valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """NERO's precision, recall and F1 over **all** of a row's predictions (not only the top
+        ``max_detections``) scoring at least ``nero_score_threshold``, against the counted ground
+        truth ``gt_valid`` (the key object alone for ``ground_truth="key"``: NERO counted
+        predictions of the other objects as false positives, so they are not ignored here)."""
+        device = targets.xyxy.device
+        kept = outputs.valid.to(device) & (outputs.scores.to(device).float() >= float(self.nero_score_threshold))
+        iou = nero_box_iou(outputs.xyxy.to(device).float(), targets.xyxy.float())
+        same = outputs.labels.to(device)[:, :, None] == targets.labels[:, None, :]
+        return nero_rates(*nero_counts(iou, same, kept, gt_valid))
+
     # -- dataset level -------------------------------------------------------------------------
     def compute(self, states: Mapping[str, np.ndarray], orbit_axes: int) -> dict[str, np.ndarray]:
-        """``ap50``, ``map`` and ``nero_conf_iou`` per orbit element from the per-sample states
-        (and ``consensus_ap50`` / ``consensus_map`` for a consensus run)."""
+        """``ap50``, ``map``, ``nero_conf_iou`` and ``nero_ap`` per orbit element from the
+        per-sample states (and ``consensus_ap50`` / ``consensus_map`` / ``consensus_nero_ap`` for
+        a consensus run).
+
+        ``nero_ap`` is :func:`~orbitscope.tasks.detection_metrics.nero_average_precision` of the
+        samples' (``nero_recall``, ``nero_precision``) pairs in sample order, per element. Samples
+        whose recall is undefined (no ground truth in view) are left out; a sample without a
+        prediction (precision undefined, recall 0) enters as (0, 0). NaN where no sample is left."""
+        out: dict[str, np.ndarray] = {}
+        for prefix in ("", "consensus_"):
+            if f"{prefix}nero_recall" in states and f"{prefix}nero_precision" in states:
+                out[f"{prefix}nero_ap"] = _nero_ap_per_element(np.asarray(states[f"{prefix}nero_recall"]),
+                                                               np.asarray(states[f"{prefix}nero_precision"]), orbit_axes)
         need = ("det_scores", "det_labels", "det_matched")
         if any(name not in states for name in need):
-            return {}
+            return out
         scores = np.asarray(states["det_scores"])
         s = scores.shape[0]
         orbit = scores.shape[1:1 + orbit_axes]
         e = int(np.prod(orbit))
         det = (scores.reshape(s, e, -1), np.asarray(states["det_labels"]).reshape(s, e, -1).astype(np.int64))
-        out: dict[str, np.ndarray] = {}
         for prefix, labels_name in (("", "target_labels"), ("consensus_", "consensus_labels")):
             names = (f"{prefix}det_matched", f"{prefix}gt_visible", labels_name)
             if all(name in states for name in names):
@@ -330,6 +377,20 @@ class Detection(Task):
                 iou = np.asarray(states["iou"], dtype=np.float64).reshape(s, e)
                 out["nero_conf_iou"] = (np.nanmean(conf, 0) * np.nanmean(iou, 0)).reshape(orbit)
         return out
+
+
+def _nero_ap_per_element(recall: np.ndarray, precision: np.ndarray, orbit_axes: int) -> np.ndarray:
+    """NERO's "AP" per orbit element from (samples, *orbit) recalls and precisions (see
+    :meth:`Detection.compute`)."""
+    orbit = recall.shape[1:1 + orbit_axes]
+    r = recall.reshape(recall.shape[0], -1).astype(np.float64)
+    p = np.nan_to_num(precision.reshape(precision.shape[0], -1).astype(np.float64), nan=0.0)
+    out = np.full(r.shape[1], np.nan)
+    for i in range(r.shape[1]):
+        keep = ~np.isnan(r[:, i])
+        if keep.any():
+            out[i] = nero_average_precision(r[keep, i], p[keep, i])
+    return out.reshape(orbit)
 
 
 def _ap_per_element(scores: np.ndarray, labels: np.ndarray, matched_bits: np.ndarray, visible: np.ndarray,

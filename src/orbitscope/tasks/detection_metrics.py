@@ -1,4 +1,5 @@
-"""Detection metrics: COCO-style matching per row, and AP / mAP from per-sample states.
+"""Detection metrics: COCO-style matching per row, AP / mAP from per-sample states, and NERO's
+own counting and "AP".
 
 Conventions (as pycocotools' ``COCOeval`` for ``iouType="bbox"``, which the tests compare with):
     * Boxes are xyxy in pixels, edges not centres: area = (x1 − x0)(y1 − y0), IoU without NERO's
@@ -13,6 +14,18 @@ Conventions (as pycocotools' ``COCOeval`` for ``iouType="bbox"``, which the test
       thresholds; AP@0.5 = mean over classes at 0.5.
     * Each row keeps its ``max_detections`` highest-scoring detections; COCO keeps 100 per image
       *and class*, the same whenever an image has at most ``max_detections`` detections.
+
+NERO's counting (:func:`nero_counts`, :func:`nero_rates`; facts from the authors' code, see
+``docs/deviations.md``):
+    * IoU with **+1-pixel** sides (:func:`nero_box_iou`): width = x1 − x0 + 1 for both boxes and
+      for their intersection, py-faster-rcnn's convention for inclusive pixel coordinates, which
+      NERO applied to torchvision's boxes. A true positive needs IoU **> 0.5** and the right class.
+    * No one-to-one matching: every prediction that hits a ground-truth box is a true positive,
+      so duplicates of one object all count. Precision = TP / predictions, recall =
+      min(1, TP / ground-truth boxes), F1 = 2PR / (P + R).
+    * NERO's "AP" (:func:`nero_average_precision`) is py-faster-rcnn's ``voc_ap`` (not the
+      2007 11-point one) applied to the per-image (recall, precision) pairs **in dataset order**:
+      not a score-ranked precision–recall curve, and a different number from COCO's AP@0.5.
 """
 
 from __future__ import annotations
@@ -21,12 +34,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["IOU_THRESHOLDS", "RECALL_LEVELS", "match_detections", "average_precision"]
+__all__ = ["IOU_THRESHOLDS", "RECALL_LEVELS", "NERO_IOU_THRESHOLD", "match_detections", "average_precision",
+           "nero_box_iou", "nero_counts", "nero_rates", "nero_average_precision"]
 
 #: COCO's IoU thresholds 0.50:0.05:0.95.
 IOU_THRESHOLDS = np.round(np.linspace(0.5, 0.95, 10), 2)
 #: COCO's 101 recall levels.
 RECALL_LEVELS = np.linspace(0.0, 1.0, 101)
+#: NERO's true-positive rule: IoU strictly above this (with +1-pixel sides).
+NERO_IOU_THRESHOLD = 0.5
 
 
 def match_detections(iou: Tensor, same_label: Tensor, det_valid: Tensor, gt_valid: Tensor,
@@ -99,3 +115,85 @@ def average_precision(scores: np.ndarray, labels: np.ndarray, matched: np.ndarra
             q = np.where(idx < len(recall), precision[np.minimum(idx, len(recall) - 1), ti], 0.0)
             per_class[ci, ti] = q.mean()
     return float(per_class[:, 0].mean()), float(per_class.mean())
+
+
+def nero_box_iou(a: Tensor, b: Tensor) -> Tensor:
+    """Pairwise IoU (..., n, m) of xyxy boxes a (..., n, 4) and b (..., m, 4) with NERO's +1-pixel
+    sides (py-faster-rcnn's convention): every width and height, the intersection's included, is
+    x1 − x0 + 1, and boxes that overlap by less than that share no area. :func:`orbitscope.kinds.box_iou`
+    is the edge convention without +1 that COCO's metrics use."""
+    lo = torch.maximum(a[..., :, None, :2], b[..., None, :, :2])
+    hi = torch.minimum(a[..., :, None, 2:], b[..., None, :, 2:])
+    inter = (hi - lo + 1).clamp_min(0).prod(-1)
+    area_a = (a[..., 2:] - a[..., :2] + 1).clamp_min(0).prod(-1)
+    area_b = (b[..., 2:] - b[..., :2] + 1).clamp_min(0).prod(-1)
+    union = area_a[..., :, None] + area_b[..., None, :] - inter
+    return torch.where(union > 0, inter / union, torch.zeros_like(inter))
+
+
+def nero_counts(iou: Tensor, same_label: Tensor, kept: Tensor, gt_valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """NERO's per-row counts (see the module docstring), vectorised over rows.
+
+    Args:
+        iou: (R, K, N) IoU (NERO's: :func:`nero_box_iou`) of each row's K predictions with its N
+            ground-truth boxes.
+        same_label: (R, K, N) whether prediction and ground truth have the same class.
+        kept: (R, K) the predictions that count (those that exist and pass the score threshold).
+        gt_valid: (R, N) the ground-truth boxes that count.
+
+    Returns:
+        (true positives, predictions, ground-truth boxes), each (R,) float: a kept prediction is
+        a true positive when its IoU with some counted ground-truth box of its class is > 0.5
+        (no matching: several predictions may hit the same box).
+    """
+    hit = same_label & gt_valid[:, None, :] & (iou > NERO_IOU_THRESHOLD)
+    tp = (kept & hit.any(-1)).sum(1) if iou.shape[-1] else torch.zeros(kept.shape[0], device=kept.device)
+    return tp.float(), kept.sum(1).float(), gt_valid.sum(1).float()
+
+
+def nero_rates(tp: Tensor, n_pred: Tensor, n_gt: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """NERO's precision, recall and F1 from :func:`nero_counts`.
+
+    Returns:
+        precision = TP / predictions (NaN without predictions), recall = min(1, TP / ground
+        truth) (NaN without ground truth), F1 = 2PR / (P + R) with P taken as 0 when there is no
+        prediction, 0 when P + R = 0, NaN without ground truth.
+    """
+    nan = torch.full_like(tp, torch.nan)
+    precision = torch.where(n_pred > 0, tp / n_pred.clamp_min(1), nan)
+    recall = torch.where(n_gt > 0, (tp / n_gt.clamp_min(1)).clamp_max(1), nan)
+    p = torch.nan_to_num(precision, nan=0.0)
+    f1 = torch.where(p + recall > 0, 2 * p * recall / (p + recall).clamp_min(1e-12), torch.zeros_like(tp))
+    return precision, recall, torch.where(n_gt > 0, f1, nan)
+
+
+def nero_average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
+    """NERO's "AP": py-faster-rcnn's ``voc_ap`` (continuous, not the 2007 11-point version) of the
+    (recall, precision) pairs **in the order given** (NERO: one pair per image, dataset order).
+
+    The recalls are framed by 0 and 1 and the precisions by 0 and 0; the precisions are made
+    non-increasing from the right (each the largest at or after it); then AP = Σ (r[i+1] − r[i]) ·
+    p[i+1] over the places where the recall changes. The pairs are not sorted: with recalls out
+    of order some steps are negative, as in NERO.
+
+    Args:
+        recall: (n,) recalls in [0, 1], finite.
+        precision: (n,) precisions in [0, 1], finite.
+
+    Returns:
+        The area (NaN for n = 0).
+    """
+    r = np.asarray(recall, dtype=np.float64).reshape(-1)
+    p = np.asarray(precision, dtype=np.float64).reshape(-1)
+    if r.shape != p.shape:
+        raise ValueError(f"recall and precision must have the same length, got {r.size} and {p.size}")
+    if r.size == 0:
+        return float("nan")
+    if not (np.isfinite(r).all() and np.isfinite(p).all()):
+        raise ValueError("nero_average_precision needs finite recalls and precisions: leave out the pairs whose "
+                         "recall is undefined (no ground truth) and give a precision to those without predictions")
+    mr = np.concatenate([[0.0], r, [1.0]])
+    mp = np.concatenate([[0.0], p, [0.0]])
+    mp = np.maximum.accumulate(mp[::-1])[::-1]
+    step = np.flatnonzero(mr[1:] != mr[:-1])
+    return float(np.sum((mr[step + 1] - mr[step]) * mp[step + 1]))
