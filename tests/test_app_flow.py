@@ -8,7 +8,10 @@ model cache, so the live panel re-runs them):
 
 * ``exact``: :class:`ShiftSearch` (finds the shift exactly: equivariant by construction);
 * ``ramp``: the same plus a u bias growing across the frame, RAMP · (x + ½) / W (not
-  equivariant: its EPE map is a ramp whose direction follows the element).
+  equivariant: its EPE map is a ramp whose direction follows the element);
+* ``gain``: the exact shift with u scaled by GAIN (not equivariant: its error (GAIN − 1)·|u| is
+  |u| or |v| of the true shift depending on the element, so cells differ from element to
+  element; made last, so the interface preselects the first two).
 
 The flow kind stores no per-sample ground truth, so the ground-truth panel says so; but the
 exact estimator's consensus *is* the truth, so its moved consensus is checked against the closed
@@ -18,6 +21,8 @@ form of seeds.md: rot90 maps (u, v) to (v, −u), time reversal negates.
 from __future__ import annotations
 
 import base64
+import dataclasses
+import html
 import io
 from pathlib import Path
 
@@ -31,6 +36,8 @@ from orbitscope.app import AppData, Event, view_for
 from orbitscope.app import callbacks as cb
 from orbitscope.app.state import OrbitElement
 from orbitscope.app.views import DetailRequest
+from orbitscope.analysis.nero import prepare_aggregate
+from orbitscope.app.layout import CELLS, CELLS_ROW, build_layout
 from orbitscope.app.views.flow import FlowView, flow_colours, moved_flow, transformed_pair, wheel_legend
 from orbitscope.group import NERO_MOSAIC
 from orbitscope.group.finite import D4
@@ -39,30 +46,33 @@ from orbitscope.models import register_model
 from orbitscope.results.result import OrbitResult
 from orbitscope.results.store import Store
 from orbitscope.tasks import Flow
+from orbitscope.viz.mosaic import render_mosaic
 
 from test_equivariance_by_construction import ShiftSearch, _shift_pairs
 
 ARCH = "test-app-flow-shift-search"
 RAMP = 0.6
+GAIN = 1.5
 SIZE = 32
 METRICS = ["epe", "rmse", "mae", "mse"]
 CONSENSUS = [f"consensus_{m}" for m in METRICS]
 
 
 class StoredShiftSearch(ShiftSearch):
-    """ShiftSearch plus a u bias ``ramp · (x + ½) / W`` (0: exact), with a buffer (weights to save,
-    a hash of its own) and a registered architecture (the store's model cache rebuilds it)."""
+    """ShiftSearch with u scaled by ``gain`` plus a u bias ``ramp · (x + ½) / W`` (0 and 1:
+    exact), with a buffer (weights to save, a hash of its own) and a registered architecture
+    (the store's model cache rebuilds it)."""
 
-    def __init__(self, ramp: float = 0.0) -> None:
+    def __init__(self, ramp: float = 0.0, gain: float = 1.0) -> None:
         super().__init__(0.0)
-        self.ramp = float(ramp)
-        self.register_buffer("tag", torch.tensor([self.ramp]))
-        self.config = {"arch": ARCH, "ramp": self.ramp}
+        self.ramp, self.gain = float(ramp), float(gain)
+        self.register_buffer("tag", torch.tensor([self.ramp, self.gain]))
+        self.config = {"arch": ARCH, "ramp": self.ramp, "gain": self.gain}
 
     def forward(self, frames: torch.Tensor) -> torch.Tensor:
         flow = super().forward(frames)
         w = frames.shape[-1]
-        flow[:, 0] += self.ramp * (torch.arange(w, dtype=flow.dtype) + 0.5) / w
+        flow[:, 0] = flow[:, 0] * self.gain + self.ramp * (torch.arange(w, dtype=flow.dtype) + 0.5) / w
         return flow
 
 
@@ -74,8 +84,8 @@ def build_flow_store(home: Path) -> tuple[dict[str, str], np.ndarray]:
     model name -> run id, and the true uniform (u, v) per sample."""
     frames, flows = _shift_pairs(n=4, size=SIZE, seed=3)
     ids = {}
-    for name, ramp in (("exact", 0.0), ("ramp", RAMP)):
-        model = StoredShiftSearch(ramp)
+    for name, ramp, gain in (("exact", 0.0, 1.0), ("ramp", RAMP, 1.0), ("gain", 0.0, GAIN)):
+        model = StoredShiftSearch(ramp, gain)
         osc.save_model(model, home / "models" / f"{name}.safetensors",
                        metadata={"info": {"model_hash": osc.model_hash(model)}})
         run = osc.evaluate(model, (frames, flows), parse_orbit("d4xt"), Flow(map_size=16), store=home, name=name,
@@ -122,6 +132,11 @@ def _array(value: object) -> np.ndarray:
         arr = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
         return arr.reshape([int(s) for s in str(value["shape"]).split(",")]) if "shape" in value else arr
     return np.asarray(value, dtype=float)
+
+
+def _title(fig: dict) -> str:
+    """The figure's title and caption as text (the caption is HTML-escaped in the figure)."""
+    return html.unescape(fig["layout"]["title"]["text"])
 
 
 def _png(uri: str) -> np.ndarray:
@@ -180,12 +195,18 @@ def test_flow_runs_get_their_view_metrics_and_live_controls(store):
     assert [o["value"] for o in options] == CONSENSUS and value == "consensus_epe" and msg is None
 
 
-def test_the_shell_draws_mosaics_and_a_click_selects_the_element(store):
+def test_the_averaged_mosaic_and_a_click_selects_the_element(store):
+    """The averaged mode (the toggle): one flat cell per element, the mean over samples of the
+    stored mean EPE, with the moved letter F."""
     data, ids, _ = store
     runs = [ids["exact"], ids["ramp"]]
     controls, up = _start(data, runs)
     assert up.selection["element"] == {"time_reversed": 0.0, "d4": 0.0}
+    up = dataclasses.replace(up, selection=cb.set_cell_mode(up.selection, "averaged"))
+    assert up.selection["averaged"] is True
     agg = cb.aggregate_figure(data, up.selection)
+    assert "averaged: each cell is the element's mean" in _title(agg)
+    assert len([t for t in agg["data"] if t["meta"]["role"] == "glyph"]) >= 2  # NERO's transformed "F"
     values = [t for t in agg["data"] if t["meta"]["role"] == "value"]
     assert [t["type"] for t in values] == ["heatmap", "heatmap"]
     grid = np.array(NERO_MOSAIC)
@@ -197,12 +218,194 @@ def test_the_shell_draws_mosaics_and_a_click_selects_the_element(store):
         up = cb.update_selection(data, up.selection, controls, Event("element", None, _cell_click(element)))
         t, d = divmod(element, 8)
         assert up.selection["element"] == {"time_reversed": float(t), "d4": float(d)} and up.live[:2] == [t, d]
+        assert up.selection["averaged"] is True  # a click keeps the mode
         agg = cb.aggregate_figure(data, up.selection)
         assert {tr["meta"]["element"] for tr in agg["data"] if tr["meta"]["role"] == "marker"} == {element}
         ind = cb.individual_figure(data, up.selection)
         assert {tr["meta"]["element"] for tr in ind["data"] if tr["meta"]["role"] == "marker"} == {element}
     title = cb.stored_detail(data, up.selection)[0].children
     assert title == f"sample {up.selection['sample']} · time forward, vflip"
+
+
+#: NERO's PIV mosaic as seeds.md §4 writes it (row by row, the element index 8·time reversed + d
+#: in each cell), copied here rather than imported, so that the layout is checked independently
+SEEDS_MOSAIC = [[10, 2, 1, 9], [11, 3, 0, 8], [12, 4, 7, 15], [13, 5, 6, 14]]
+
+
+def _map_cells(fig: dict) -> dict[str, dict[tuple[int, int], tuple[int, np.ndarray, dict]]]:
+    """Per series: (row, column) -> (element, drawn map, trace) of the per-pixel mosaic."""
+    out: dict = {}
+    for t in fig["data"]:
+        meta = t.get("meta") or {}
+        if meta.get("role") == "value" and "cell" in meta:
+            out.setdefault(meta["series"], {})[tuple(meta["cell"])] = (meta["element"], _array(t["z"]), t)
+    return out
+
+
+def _mean_map_by_loop(maps: np.ndarray, element: int) -> np.ndarray:
+    """The mean over samples of one element's stored map, by a plain loop (maps: sample ×
+    time_reversed × d4 × y × x; element = 8·time reversed + d)."""
+    total = np.zeros(maps.shape[-2:])
+    for s in range(maps.shape[0]):
+        total += maps[s, element // 8, element % 8]
+    return total / maps.shape[0]
+
+
+def _pixel_click(trace: dict, i: int, j: int) -> dict:
+    """A plotly click on pixel (i, j) of a per-cell map heatmap (its centre in data coordinates)."""
+    x, y = trace["x0"] + j * trace["dx"], trace["y0"] + i * trace["dy"]
+    return {"points": [{"x": x, "y": y, "z": 0.1, "curveNumber": 3, "pointNumber": [i, j]}]}
+
+
+def test_per_pixel_maps_are_the_default_mosaic_as_nero(store):
+    """NERO's default PIV view: each cell the element's EPE map (aggregate: the mean over the
+    samples; individual: the sample's own), at the cell seeds.md gives it, one colour range for
+    both models: reversed viridis over the 0th–80th percentile of all their map values."""
+    data, ids, _ = store
+    runs = [ids["ramp"], ids["gain"]]
+    controls, up = _start(data, runs)
+    assert up.selection["averaged"] is False
+    mode, options = cb.pixel_controls(data, up.selection["group"], runs, "epe")
+    assert mode.shown and mode.variable == "epe_map" and not options[0]["disabled"]
+    assert [o["value"] for o in options] == ["maps", "averaged"]
+    agg = cb.aggregate_figure(data, up.selection)
+    cells = _map_cells(agg)
+    assert set(cells) == {"ramp", "gain"}
+    assert "per pixel: each cell is the element's EPE map" in _title(agg)
+    want = {}
+    for name in ("ramp", "gain"):
+        stored = data.store.load(ids[name]).epe_map.values.astype(np.float64)  # sample × 2 × 8 × 16 × 16
+        assert sorted(cells[name]) == [(r, c) for r in range(4) for c in range(4)]
+        for r in range(4):
+            for c in range(4):
+                element, z, trace = cells[name][(r, c)]
+                assert element == SEEDS_MOSAIC[r][c]
+                want[name, element] = _mean_map_by_loop(stored, element)
+                assert z.shape == (16, 16)  # as stored (map_size 16), at most max_side = 64 a side
+                np.testing.assert_allclose(z, want[name, element], rtol=1e-5, atol=1e-7)
+                assert c < trace["x0"] < c + 1 and r < trace["y0"] < r + 1  # drawn inside its cell
+    # the maps tell the cells apart: the ramp's vary across a map, the gain's from element to element
+    assert min(float(np.ptp(w, axis=1).min()) for (n, _), w in want.items() if n == "ramp") > 0.3
+    assert np.ptp([want["gain", e].mean() for e in range(16)]) > 0.1
+    everything = np.concatenate([w.ravel() for w in want.values()])
+    lo, hi = np.percentile(everything, [0, 80])
+    axis = agg["layout"]["coloraxis"]
+    assert (axis["cmin"], axis["cmax"]) == pytest.approx((lo, hi)) and axis["reversescale"] is True
+    assert axis["colorscale"][0][1].lower() in ("#440154", "rgb(68,1,84)")  # viridis, reversed by reversescale
+    (rule,) = [a for a in agg["layout"]["annotations"] if a.get("name") == "colour-rule"]
+    assert rule["text"] == ("colour: reversed viridis (low = bright), 0th–80th percentile of all models' values")
+
+    # individual: the selected sample's own maps
+    sample = up.selection["sample"]
+    ind = _map_cells(cb.individual_figure(data, up.selection))
+    for name in ("ramp", "gain"):
+        stored = data.store.load(ids[name]).epe_map.sel(sample=sample).values.astype(np.float64)
+        for (r, c), (element, z, _) in ind[name].items():
+            assert element == SEEDS_MOSAIC[r][c]
+            np.testing.assert_allclose(z, stored[element // 8, element % 8], rtol=1e-6)
+
+
+def test_a_click_on_a_map_cell_selects_its_element(store):
+    data, ids, _ = store
+    controls, up = _start(data, [ids["exact"], ids["gain"]])
+    for element, (i, j) in ((10, (0, 0)), (15, (7, 11)), (5, (15, 15)), (0, (3, 9))):
+        cells = _map_cells(cb.aggregate_figure(data, up.selection))
+        r, c = np.argwhere(np.array(SEEDS_MOSAIC) == element)[0]
+        assert cells["gain"][(r, c)][0] == element  # drawn where a click reads it
+        click = _pixel_click(cells["gain"][(r, c)][2], i, j)  # the second model's grid, a corner pixel too
+        up = cb.update_selection(data, up.selection, controls, Event("element", None, click))
+        t, d = divmod(element, 8)
+        assert up.selection["element"] == {"time_reversed": float(t), "d4": float(d)} and up.live[:2] == [t, d]
+        agg = cb.aggregate_figure(data, up.selection)
+        assert {tr["meta"]["element"] for tr in agg["data"] if tr["meta"]["role"] == "marker"} == {element}
+        assert _map_cells(agg)  # still the per-pixel mosaic
+
+
+def test_the_averaged_toggle_switches_to_each_elements_mean_and_back(store):
+    data, ids, _ = store
+    runs = [ids["exact"], ids["gain"]]
+    controls, up = _start(data, runs)
+    flat = cb.set_cell_mode(up.selection, "averaged")
+    agg = cb.aggregate_figure(data, flat)
+    assert not _map_cells(agg)
+    values = [t for t in agg["data"] if t["meta"]["role"] == "value"]
+    assert [t["meta"]["series"] for t in values] == ["exact", "gain"]
+    for trace, name in zip(values, ("exact", "gain")):
+        epe = data.store.load(ids[name]).epe.values.astype(np.float64)  # sample × 2 × 8
+        assert name == "exact" or np.ptp(epe.mean(0)) > 0.1  # the gain's cells differ
+        for r in range(4):
+            for c in range(4):
+                e = SEEDS_MOSAIC[r][c]
+                mean = sum(epe[s, e // 8, e % 8] for s in range(epe.shape[0])) / epe.shape[0]
+                assert _array(trace["z"])[r, c] == pytest.approx(mean, rel=1e-5, abs=1e-7)
+    ind = cb.individual_figure(data, flat)
+    assert not _map_cells(ind) and "averaged" in _title(ind)
+    back = cb.set_cell_mode(flat, "maps")
+    assert back["averaged"] is False and _map_cells(cb.aggregate_figure(data, back))
+    # another control keeps the mode (the selection callback carries it over)
+    moved = cb.update_selection(data, flat, dataclasses.replace(controls, rank_by="most_variable"), Event("context"))
+    assert moved.selection["averaged"] is True
+
+
+def test_metrics_without_a_stored_map_keep_the_averaged_mosaic_with_a_note(store):
+    data, ids, _ = store
+    runs = [ids["exact"], ids["ramp"]]
+    group = data.groups()[0].key
+    # the store's runs keep the EPE map only (Flow's default): MAE falls back, and says how
+    mode, options = cb.pixel_controls(data, group, runs, "mae")
+    assert mode.shown and mode.variable is None and options[0]["disabled"] and not options[1]["disabled"]
+    assert "Flow(maps=('epe', 'mae'))" in mode.note and "exact, ramp" in mode.note
+    controls, up = _start(data, runs, "mae")
+    agg = cb.aggregate_figure(data, up.selection)
+    assert not _map_cells(agg) and [t["meta"]["series"] for t in agg["data"] if t["meta"]["role"] == "value"] == \
+        ["exact", "ramp"]
+    assert "no stored per-pixel MAE map in exact, ramp" in _title(agg)
+    # RMSE has no map at all (NERO's "RMSE" map is the MAE map)
+    mode, _ = cb.pixel_controls(data, group, runs, "rmse")
+    assert mode.shown and mode.variable is None and "RMSE has no per-pixel map" in mode.note
+    # label-free: the consensus EPE map
+    mode, _ = cb.pixel_controls(data, group, runs, "consensus_epe")
+    assert mode.variable == "consensus_epe_map"
+    _, up = _start(data, runs, "consensus_epe", label_free=True)
+    cells = _map_cells(cb.aggregate_figure(data, up.selection))
+    stored = data.store.load(ids["ramp"]).consensus_epe_map.values.astype(np.float64)
+    for (r, c), (element, z, _) in cells["ramp"].items():
+        np.testing.assert_allclose(z, _mean_map_by_loop(stored, element), rtol=1e-5, atol=1e-7)
+    # a run evaluated without maps: the toggle is off, and names the option that records them
+    frames, flows = _shift_pairs(n=2, size=16, seed=1)
+    bare = osc.evaluate(ShiftSearch(), (frames, flows), parse_orbit("d4xt"), Flow(maps=())).result
+    assert "epe_map" not in bare.data
+    mode = FlowView().pixel_mode([bare], "epe")
+    assert mode.shown and mode.variable is None and "evaluate with Flow(maps=('epe',))" in mode.note
+    assert mode.drawn("epe", averaged=False) == ("epe", mode.note)
+    # other views offer no toggle; an unknown group neither
+    assert not cb.pixel_controls(data, "no such group", runs, "epe")[0].shown
+    assert not view_for("classification").pixel_mode([bare], "epe").shown
+
+
+def test_the_static_mosaic_of_maps_uses_the_same_colour_rule(store):
+    """matplotlib (figures, report): the same shared range, reversed viridis, 0th–80th
+    percentile of both models' map values, and the rule under the figure."""
+    data, ids, _ = store
+    results = [data.store.load(ids[n]) for n in ("ramp", "gain")]
+    nero = prepare_aggregate(results, "epe_map", labels=["ramp", "gain"])
+    fig = render_mosaic(nero)
+    both = np.concatenate([_mean_map_by_loop(r.epe_map.values.astype(np.float64), e).ravel()
+                           for r in results for e in range(16)])
+    lo, hi = np.percentile(both, [0, 80])
+    images = [im for ax in fig.axes for im in ax.get_images() if str(im.get_gid()).startswith("element")]
+    assert len(images) == 32
+    for im in images:
+        assert im.get_clim() == pytest.approx((lo, hi)) and im.get_cmap().name == "viridis_r"
+    assert fig.get_supxlabel() == "colour: reversed viridis (low = bright), 0th–80th percentile of all models' values"
+
+
+def test_the_page_has_the_mosaic_cells_toggle_hidden_until_a_view_offers_maps(store):
+    data, _, _ = store
+    row = _find(build_layout(data), CELLS_ROW)
+    assert row is not None and row.style == {"display": "none"}
+    radio = _find(row, CELLS)
+    assert radio.value == "maps" and [o["value"] for o in radio.options] == ["maps", "averaged"]
 
 
 @pytest.mark.parametrize("element", [10, 2, 13, 0])

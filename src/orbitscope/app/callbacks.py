@@ -25,7 +25,7 @@ from .state import (
     COLOUR_STATS, RANK_BY, Event, LiveDim, Selection, apply_event, element_from_click, live_dims, rank_label,
     single_element_orbit, snap_element,
 )
-from .views import DetailRequest, view_for
+from .views import DetailRequest, PixelMode, view_for
 
 __all__ = [
     "GroupControls",
@@ -39,7 +39,9 @@ __all__ = [
     "message_figure",
     "metric_controls",
     "parse_controls",
+    "pixel_controls",
     "scatter_panels",
+    "set_cell_mode",
     "set_toggles",
     "stored_detail",
     "update_selection",
@@ -173,7 +175,7 @@ def update_selection(data: AppData, previous: Any, controls: Selection, event: E
     prev = Selection.from_dict(previous)
     # the sample, the element and the aggregate plot's toggles are kept (set by their own events)
     sel = replace(controls, sample=prev.sample, element=prev.element, simultaneous=prev.simultaneous,
-                  compare=prev.compare)
+                  compare=prev.compare, averaged=prev.averaged)
     empty = ([1] * MAX_MODELS, [1] * MAX_MODELS, [""] * MAX_MODELS, [None] * N_LIVE)
     try:
         ctx = data.context(sel)
@@ -199,6 +201,38 @@ def set_toggles(selection: Any, simultaneous: Any, compare: Any) -> dict[str, An
     """The selection with the aggregate plot's toggles set from their values (see :func:`checked`)."""
     sel = Selection.from_dict(selection)
     return replace(sel, simultaneous=checked(simultaneous), compare=checked(compare)).to_dict()
+
+
+#: The mosaic's cell modes: (value, label); per-pixel maps first (NERO's default).
+CELL_MODES = (("maps", " per-pixel maps"), ("averaged", " averaged"))
+
+
+def set_cell_mode(selection: Any, mode: Any) -> dict[str, Any]:
+    """The selection with the mosaic's cell mode set from the toggle's value: ``"averaged"``
+    draws each element's mean, anything else its per-pixel map where the view has one."""
+    return replace(Selection.from_dict(selection), averaged=mode == "averaged").to_dict()
+
+
+def pixel_controls(data: AppData, group_key: Any, runs: Any, metric: Any) -> tuple[PixelMode, list[dict[str, Any]]]:
+    """The mosaic's cell-mode toggle for the selected runs and metric: the view's
+    :class:`~orbitscope.app.views.PixelMode` (shown or not; the map, or a note saying why there
+    is none and how to record it) and the toggle's options (per-pixel disabled without a map)."""
+    try:
+        view = view_for(data.group(group_key).task_kind)
+        ids = [r for r in (runs if isinstance(runs, (list, tuple)) else []) if isinstance(r, str)][:MAX_MODELS]
+        mode = view.pixel_mode([data.result(r) for r in ids], metric if isinstance(metric, str) else None)
+    except (AppError, KeyError, ValueError, TypeError):
+        mode = PixelMode()
+    options = [{"label": label, "value": value, "disabled": value == "maps" and mode.variable is None}
+               for value, label in CELL_MODES]
+    return mode, options
+
+
+def _with_note(nero: NeroData, note: str | None) -> NeroData:
+    """``nero`` with ``note`` added to the lines of its caption (none: unchanged)."""
+    if note:
+        nero.info["notes"] = [*nero.info.get("notes", ()), note]
+    return nero
 
 
 def _context_of(data: AppData, selection: Any) -> tuple[Selection, Context]:
@@ -292,18 +326,22 @@ def aggregate_figure(data: AppData, selection: Any) -> dict[str, Any]:
     simultaneous band (covering every element at once); ``compare``, with exactly two runs,
     marks where the first is significantly worse / better than the second (family-wise error
     5 % over the orbit) and gives the verdict under the title (ignored for any other number of
-    runs)."""
+    runs). A mosaic's cells are the per-pixel maps the view has for the metric (the mean over
+    the shown samples of each element's map) unless the selection is ``averaged``
+    (:func:`set_cell_mode`); the caption says which."""
     sel0 = Selection.from_dict(selection)
     sim, paired = sel0.simultaneous, sel0.compare
 
     def prepare(sel: Selection, ctx: Context) -> NeroData:
         where = "" if sel.subset is None else f", class {sel.subset}" + (" (consensus)" if sel.label_free else "")
-        return prepare_aggregate(list(ctx.results), ctx.metric, labels=ctx.names, subset=ctx.mask,
+        variable, note = ctx.view.pixel_mode(ctx.results, ctx.metric).drawn(ctx.metric, sel.averaged)  # a mosaic's maps
+        nero = prepare_aggregate(list(ctx.results), variable, labels=ctx.names, subset=ctx.mask,
                                  marker=sel.element_dict,
                                  title=f"aggregate: {_metric_label(ctx)}{where} (n = {ctx.positions.size})",
                                  simultaneous=sim, compare=paired and len(ctx.results) == 2)
+        return _with_note(nero, note)
 
-    return _nero_figure(data, selection, "aggregate", prepare, (sim, paired))
+    return _nero_figure(data, selection, "aggregate", prepare, (sim, paired, sel0.averaged))
 
 
 def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:
@@ -313,11 +351,13 @@ def individual_figure(data: AppData, selection: Any) -> dict[str, Any]:
     def prepare(sel: Selection, ctx: Context) -> NeroData:
         label = metric_label(ctx.results, ctx.sample_metric)
         note = f" ({_metric_label(ctx)} is dataset-level: no per-sample values)" if ctx.dataset_level else ""
-        return prepare_individual(list(ctx.results), int(sel.sample), ctx.sample_metric, labels=ctx.names,  # type: ignore[arg-type]
-                                  marker=sel.element_dict,
-                                  title=f"sample {sel.sample}: {label}{note} (click to select an element)")
+        variable, cells = ctx.view.pixel_mode(ctx.results, ctx.sample_metric).drawn(ctx.sample_metric, sel.averaged)
+        return _with_note(prepare_individual(list(ctx.results), int(sel.sample), variable, labels=ctx.names,  # type: ignore[arg-type]
+                                             marker=sel.element_dict,
+                                             title=f"sample {sel.sample}: {label}{note} (click to select an element)"),
+                          cells)
 
-    return _nero_figure(data, selection, "individual", prepare)
+    return _nero_figure(data, selection, "individual", prepare, (Selection.from_dict(selection).averaged,))
 
 
 def scatter_panels(data: AppData, selection: Any) -> list[tuple[dict[str, Any], str, bool]]:

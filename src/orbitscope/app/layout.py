@@ -16,15 +16,16 @@ from dash import dcc, html
 
 from ..analysis.reduce import METHODS
 from .data import MAX_MODELS, AppData, AppError
-from .callbacks import N_LIVE
+from .callbacks import CELL_MODES, N_LIVE
 from ..lie.run import is_lee_run
 from .labelling_logic import has_zoo_models
 
-__all__ = ["build_layout", "slot_id", "aggregate_options"]
+__all__ = ["build_layout", "slot_id", "aggregate_options", "mosaic_options"]
 
 GROUP, MODELS, METRIC, SUBSET = "group", "models", "metric", "subset"
 METHOD, COLOUR, RANK_BY, LABEL_FREE = "method", "colour", "rank-by", "label-free"
 SIMULTANEOUS, COMPARE, COMPARE_ROW = "simultaneous", "compare", "compare-row"
+CELLS, CELLS_ROW, CELLS_NOTE = "mosaic-cells", "mosaic-cells-row", "mosaic-cells-note"
 STATUS, SELECTION, AGGREGATE, INDIVIDUAL = "status", "selection", "aggregate", "individual"
 DETAIL_STORED, DETAIL_LIVE = "detail-stored", "detail-live"
 
@@ -77,6 +78,18 @@ def aggregate_options() -> html.Div:
     ], style={"display": "flex", "gap": "14px"})
 
 
+def mosaic_options() -> html.Div:
+    """The mosaic's cell mode, hidden until the compared runs' view offers per-pixel maps
+    (:meth:`~orbitscope.app.views.TaskView.pixel_mode`; e.g. flow runs over D4 × time
+    reversal): per-pixel maps (NERO's default) or each element's mean; the note says why the
+    maps are off (the tooltip too)."""
+    return html.Div(_field("mosaic cells", html.Div([
+        dcc.RadioItems(id=CELLS, options=[{"label": label, "value": value} for value, label in CELL_MODES],
+                       value=CELL_MODES[0][0], inline=True, inputStyle={"marginLeft": "8px"}),
+        html.Div(id=CELLS_NOTE, style={"fontSize": "11px", "color": "#666", "maxWidth": "420px"}),
+    ]), "auto"), id=CELLS_ROW, style={"display": "none"})
+
+
 def _scatter_slot(i: int) -> html.Div:
     button = {"padding": "2px 8px", "fontSize": "12px"}
     return html.Div(id=slot_id("panel", i), style={**_CARD, "display": "none"}, children=[
@@ -125,6 +138,7 @@ def build_layout(data: AppData) -> html.Div:
                                  {"label": " furthest behind the other model", "value": "behind_other"}],
             value="worst", inline=True, inputStyle={"marginLeft": "8px"}), "auto"),
         _field("aggregate plot (whole-orbit statistics)", aggregate_options(), "auto"),
+        mosaic_options(),
     ], style={"display": "flex", "gap": "24px", "marginTop": "6px", "flexWrap": "wrap"})
     header = html.Div([
         html.Span("orbitscope", style={"fontWeight": "700", "fontSize": "20px"}),

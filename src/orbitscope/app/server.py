@@ -23,7 +23,7 @@ from .data import MAX_MODELS, AppData
 from .labelling import mount_labelling
 from .lee_page import mount_lee_page
 from .layout import (
-    AGGREGATE, COLOUR, COMPARE, COMPARE_ROW, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC,
+    AGGREGATE, CELLS, CELLS_NOTE, CELLS_ROW, COLOUR, COMPARE, COMPARE_ROW, DETAIL_LIVE, DETAIL_STORED, GROUP, INDIVIDUAL, LABEL_FREE, METHOD, METRIC,
     MODELS, RANK_BY, SELECTION, SIMULTANEOUS, STATUS, SUBSET, build_layout,
 )
 from .state import Event
@@ -174,6 +174,21 @@ def register_callbacks(app: dash.Dash, data: AppData) -> None:
         if not isinstance(selection, dict):  # the page has not sent its first selection yet
             return no_update
         return cb.set_toggles(selection, simultaneous, compare)
+
+    @app.callback(Output(SELECTION, "data", allow_duplicate=True), Input(CELLS, "value"), State(SELECTION, "data"),
+                  prevent_initial_call=True)
+    @_guarded(lambda msg: no_update)
+    def on_cell_mode(mode: Any, selection: Any) -> Any:
+        if not isinstance(selection, dict):  # the page has not sent its first selection yet
+            return no_update
+        return cb.set_cell_mode(selection, mode)
+
+    @app.callback(Output(CELLS_ROW, "style"), Output(CELLS_ROW, "title"), Output(CELLS, "options"),
+                  Output(CELLS_NOTE, "children"), Input(MODELS, "value"), Input(METRIC, "value"), State(GROUP, "value"))
+    @_guarded(lambda msg: (no_update,) * 4)
+    def on_cell_modes(models: Any, metric: Any, group: Any) -> tuple[Any, ...]:
+        mode, options = cb.pixel_controls(data, group, models, metric)
+        return _SHOWN if mode.shown else _HIDDEN, mode.note, options, mode.note if mode.variable is None else ""
 
     @app.callback(Output(AGGREGATE, "figure"), Input(SELECTION, "data"))
     @_guarded(cb.message_figure)

@@ -4,7 +4,7 @@ The interface keeps one :class:`Selection` in the browser (a ``dcc.Store``): the
 compared runs (their order fixes their colours, :data:`orbitscope.analysis.nero.MODEL_COLOURS`), the
 metric, the class subset, the embedding method, the colouring statistic, the ranking criterion,
 label-free mode, the aggregate plot's toggles (the simultaneous band; the marks of a paired
-comparison), the selected sample (its id, the result's ``sample`` coordinate) and the selected
+comparison), the mosaic's cell mode (per-pixel maps or averaged cells), the selected sample (its id, the result's ``sample`` coordinate) and the selected
 orbit element (a grid point, ``{dim: value}``). Every view is a function of this state; every
 user action is an :class:`Event` that :func:`apply_event` folds into it.
 
@@ -62,7 +62,9 @@ class Selection:
     """What the user looks at. ``element`` is a tuple of ``(dim, value)`` pairs (hashable).
     ``simultaneous`` and ``compare`` are the aggregate plot's toggles: draw each run's
     simultaneous band; mark where the first of exactly two runs is significantly worse / better
-    (view options: the loaded data do not depend on them)."""
+    (view options: the loaded data do not depend on them). ``averaged``: a mosaic draws each
+    element's mean instead of its per-pixel map (off: per-pixel maps where the task view has
+    them, NERO's default; see :meth:`orbitscope.app.views.TaskView.pixel_mode`)."""
 
     group: str | None = None
     runs: tuple[str, ...] = ()
@@ -77,6 +79,7 @@ class Selection:
     message: str | None = field(default=None, compare=False)
     simultaneous: bool = False
     compare: bool = False
+    averaged: bool = False
 
     @property
     def element_dict(self) -> dict[str, float] | None:
@@ -124,6 +127,7 @@ class Selection:
             message=pick("message", opt_str),
             simultaneous=data.get("simultaneous", False) is True,
             compare=data.get("compare", False) is True,
+            averaged=data.get("averaged", False) is True,
         )
 
 

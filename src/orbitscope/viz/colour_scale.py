@@ -25,13 +25,15 @@ ERROR_PERCENTILE = 80.0
 @dataclass(frozen=True)
 class ColourScale:
     """``cmap``: a matplotlib name ("viridis" or "viridis_r"); ``plotly_scale`` and ``reverse``: the
-    plotly equivalent; ``lo``/``hi``: the value range."""
+    plotly equivalent; ``lo``/``hi``: the value range; ``rule``: the rule in words, for a caption
+    (e.g. ``"colour: reversed viridis (low = bright), 0th–80th percentile of all models' values"``)."""
 
     cmap: str
     reverse: bool
     lo: float
     hi: float
     plotly_scale: str = "Viridis"
+    rule: str = ""
 
 
 def lower_is_better(data: NeroData) -> bool:
@@ -50,19 +52,26 @@ def colour_scale(data: NeroData) -> ColourScale:
     """The colour map and shared range of ``data`` (see the module docstring)."""
     values = _finite(data)
     reverse = lower_is_better(data)
+    shared = "all models'" if len(data.series) > 1 else "the"
     if reverse and values.size:
         lo, hi = (float(v) for v in np.percentile(values, [0.0, ERROR_PERCENTILE]))
+        rule = f"0th–{ERROR_PERCENTILE:g}th percentile of {shared} values"
         if hi <= lo:  # most values equal: fall back to the full range
             hi = float(values.max())
+            rule = f"min–max of {shared} values (their 0th–{ERROR_PERCENTILE:g}th percentiles are equal)"
     elif data.value_range is not None:
         lo, hi = (float(v) for v in data.value_range)
+        rule = f"[{lo:.3g}, {hi:.3g}]"
     elif values.size:
         lo, hi = float(values.min()), float(values.max())
+        rule = f"min–max of {shared} values"
     else:
         lo, hi = 0.0, 1.0
+        rule = "[0, 1] (no finite values)"
     if hi <= lo:
         hi = lo + 1.0
-    return ColourScale("viridis_r" if reverse else "viridis", reverse, lo, hi)
+    name = "reversed viridis (low = bright)" if reverse else "viridis"
+    return ColourScale("viridis_r" if reverse else "viridis", reverse, lo, hi, rule=f"colour: {name}, {rule}")
 
 
 def cell_edges(centres: np.ndarray) -> np.ndarray:

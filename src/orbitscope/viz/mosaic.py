@@ -7,10 +7,13 @@ elements, each time-reversed copy sits beside its partner in the outer columns. 
 orbit draws only the middle two columns (a 4×2 grid).
 
 Each model gets one grid (side by side), all with one colour scale
-(:func:`~orbitscope.viz.colour_scale.colour_scale`). A cell is a flat colour when the values have
-no extra dims (aggregate: the mean; individual: the sample's value), or the cell's per-pixel map
-when they carry two extra dims (y, x) after the orbit dims (row 0 at the top, as images are displayed).
-A selected element (``marker``) gets a red frame.
+(:func:`~orbitscope.viz.colour_scale.colour_scale`: for errors NERO's reversed viridis, low error
+bright, over the 0th–80th percentile of all models' values, pixels of maps included), stated in
+the figure's caption. A cell is a flat colour with the letter "F" moved by its element (NERO's
+averaged mode) when the values have no extra dims (aggregate: the mean; individual: the sample's
+value), or the cell's per-pixel map when they carry two extra dims (y, x) after the orbit dims
+(NERO's default PIV view; row 0 at the top, as images are displayed). A selected element
+(``marker``) gets a red frame.
 
 :func:`render_mosaic` draws with matplotlib, :func:`render_mosaic_plotly` with plotly; both place
 cell (r, c) in the square [c, c + 1] × [r, r + 1] of data coordinates, y down.
@@ -33,7 +36,7 @@ from ..group import NERO_MOSAIC  # NERO's 4×4 mosaic, row by row: the element i
 from .colour_scale import colour_scale
 
 __all__ = ["NERO_MOSAIC", "D4_MOSAIC", "SHORT_NAMES", "F_GLYPH", "element_glyph", "element_name", "mosaic_cells", "element_values",
-           "cell_extent", "render_mosaic", "render_mosaic_plotly"]
+           "cell_extent", "glyph_outline", "render_mosaic", "render_mosaic_plotly"]
 
 #: The middle two columns: the mosaic of a plain D4 orbit.
 D4_MOSAIC = tuple(row[1:3] for row in NERO_MOSAIC)
@@ -180,6 +183,7 @@ def render_mosaic(data: NeroData) -> Figure:
         if nc == 4:
             ax.set_xlabel("middle: D4 · outer: time reversed (T)" + ("" if maps else " · F: the element"), fontsize=7)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), label=data.metric_label, shrink=0.85)
+    fig.supxlabel(scale.rule, fontsize=7, color="#444")
     return fig
 
 
@@ -197,12 +201,38 @@ def _downsample(m: np.ndarray, max_side: int) -> np.ndarray:
         return np.nanmean(padded.reshape(hp // k, k, wp // k, k), axis=(1, 3))
 
 
+def glyph_outline(index: int, left: float, top: float, pixel: float) -> tuple[list[float | None], list[float | None]]:
+    """The letter "F" moved by element ``index`` (:func:`element_glyph`) as closed rectangles,
+    one per run of set pixels in a row, for a plotly scatter with ``fill="toself"``: x and y
+    lists (y down) with None between the rectangles; glyph pixel (i, j) spans
+    [left + j·pixel, left + (j + 1)·pixel] × [top + i·pixel, top + (i + 1)·pixel]."""
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for i, row in enumerate(element_glyph(index)):
+        j = 0
+        while j < len(row):
+            if not row[j]:
+                j += 1
+                continue
+            k = j
+            while k < len(row) and row[k]:
+                k += 1
+            x0, x1, y0, y1 = left + j * pixel, left + k * pixel, top + i * pixel, top + (i + 1) * pixel
+            xs += [x0, x1, x1, x0, x0, None]
+            ys += [y0, y0, y1, y1, y0, None]
+            j = k
+    return xs, ys
+
+
 def render_mosaic_plotly(data: NeroData, *, max_side: int = 64) -> Any:
     """Plotly mosaic: one subplot per model, one shared ``coloraxis``. Flat cells: one heatmap
-    per model (``meta["elements"]`` = the grid of element indices, ``z`` row by row); maps: one
-    heatmap per cell (``meta["element"]``, ``meta["cell"]``), block-averaged to at most
-    ``max_side`` pixels a side to keep the page small. A marker is a closed red line
-    (``meta["role"] == "marker"``)."""
+    per model (``meta["elements"]`` = the grid of element indices, ``z`` row by row) and the
+    moved letters "F" (scatter traces, ``meta["role"] == "glyph"``, black or white against the
+    cell's colour); maps: one heatmap per cell (``meta["element"]``, ``meta["cell"]``),
+    block-averaged to at most ``max_side`` pixels a side to keep the page small. A marker is a
+    closed red line (``meta["role"] == "marker"``). The colour rule
+    (:attr:`~orbitscope.viz.colour_scale.ColourScale.rule`) is an annotation under the plots
+    (``name="colour-rule"``)."""
     from plotly import graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -241,6 +271,19 @@ def render_mosaic_plotly(data: NeroData, *, max_side: int = 64) -> Any:
                 meta={"series": s.label, "role": "value", "elements": grid.tolist()},
                 hovertemplate=f"%{{text}}<br>{data.metric_label} %{{z:.4g}}<extra>{s.label}</extra>"),
                 row=1, col=i)
+            norm, cmap = Normalize(scale.lo, scale.hi), colormaps[scale.cmap]
+            glyphs: dict[str, tuple[list[Any], list[Any]]] = {}
+            for r in range(nr):
+                for c in range(nc):
+                    e = int(grid[r, c])
+                    colour = _text_colour(cmap(norm(vals[e]))) if np.isfinite(vals[e]) else "black"
+                    gx, gy = glyph_outline(e, c + 0.4, r + 0.1, 0.2 / 7)
+                    glyphs.setdefault(colour, ([], []))[0].extend(gx)
+                    glyphs[colour][1].extend(gy)
+            for colour, (gx, gy) in glyphs.items():
+                fig.add_trace(go.Scatter(x=gx, y=gy, mode="lines", fill="toself", fillcolor=colour,
+                                         line=dict(width=0, color=colour), hoverinfo="skip", showlegend=False,
+                                         meta={"series": s.label, "role": "glyph"}), row=1, col=i)
         if marked is not None:
             e, r, c = marked
             x0, x1, y0, y1 = c + _PAD / 2, c + 1 - _PAD / 2, r + _PAD / 2, r + 1 - _PAD / 2
@@ -254,4 +297,6 @@ def render_mosaic_plotly(data: NeroData, *, max_side: int = 64) -> Any:
     fig.update_layout(coloraxis=dict(colorscale=scale.plotly_scale, reversescale=scale.reverse, cmin=scale.lo,
                                      cmax=scale.hi, colorbar=dict(title=dict(text=data.metric_label))),
                       plot_bgcolor="white")
+    fig.add_annotation(text=scale.rule, name="colour-rule", xref="paper", yref="paper", x=1.0, y=0.0,
+                       xanchor="right", yanchor="top", yshift=-2, showarrow=False, font=dict(size=10, color="#444"))
     return fig

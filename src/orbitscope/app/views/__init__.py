@@ -31,7 +31,37 @@ from ...group.orbits import Orbit
 from ...analysis.reduce import reducible_variables
 from ...results.result import OrbitResult
 
-__all__ = ["DetailRequest", "TaskView", "VIEWS", "list_views", "register_view", "view_for"]
+__all__ = ["DetailRequest", "PixelMode", "TaskView", "VIEWS", "list_views", "register_view", "view_for"]
+
+
+@dataclass(frozen=True)
+class PixelMode:
+    """What the mosaic's per-pixel mode can draw for one metric (see :meth:`TaskView.pixel_mode`).
+
+    Attributes:
+        shown: whether the interface offers the per-pixel / averaged toggle at all (the orbit is
+            drawn as a mosaic and the task stores per-pixel maps).
+        variable: the per-pixel map drawn in each cell in per-pixel mode (a variable with dims
+            ``sample`` × orbit dims × two map dims); None when there is none for this metric
+            (the cells then show each element's mean, and ``note`` says why and how to get maps).
+        note: one line for the toggle's tooltip and the plot's caption.
+    """
+
+    shown: bool = False
+    variable: str | None = None
+    note: str = ""
+
+    def drawn(self, metric: str, averaged: bool) -> tuple[str, str | None]:
+        """The variable a mosaic of ``metric`` draws and the line its caption gets (None: no
+        toggle, nothing to say): the map in per-pixel mode (the default), else ``metric``
+        itself, one mean per cell (``averaged``, or no map: ``note`` says why)."""
+        if not self.shown:
+            return metric, None
+        if self.variable is None:
+            return metric, self.note
+        if averaged:
+            return metric, "averaged: each cell is the element's mean (per-pixel maps: the mosaic-cells toggle)"
+        return self.variable, self.note
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +121,11 @@ class TaskView:
         """Why label-free mode is off for ``results`` (shown when :meth:`label_free_available`
         is False)."""
         return "label-free mode needs stored class probabilities for every selected model (evaluate with --probabilities)"
+
+    def pixel_mode(self, results: Sequence[OrbitResult], metric: str | None) -> PixelMode:
+        """The per-pixel maps behind ``metric`` that the mosaic can draw (the default: none, and
+        no toggle)."""
+        return PixelMode()
 
     def subset_options(self, results: Sequence[OrbitResult]) -> list[tuple[str, int]]:
         """``(label, value)`` of the sample subsets (e.g. classes); empty: no subsets."""

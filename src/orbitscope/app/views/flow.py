@@ -46,6 +46,7 @@ from dash import dcc, html
 from matplotlib.colors import hsv_to_rgb
 from torch import nn
 
+from ...analysis.nero import layout_kind
 from ...analysis.reduce import reducible_variables
 from ...engine.model_call import ModelCall
 from ...group.elements import Transforms
@@ -54,7 +55,7 @@ from ...kinds import get_kind
 from ...results.result import OrbitResult
 from ...tasks.flow import FLOW_METRICS, Flow, resample_flow
 from ..state import describe_element, flat_index
-from . import DetailRequest, TaskView, register_view
+from . import DetailRequest, PixelMode, TaskView, register_view
 from .classification import png_data_uri
 
 __all__ = [
@@ -388,6 +389,34 @@ class FlowView(TaskView):
 
     def needs_consensus(self, metric: str | None, label_free: bool) -> bool:
         return False  # stored by the run (evaluate with consensus=True)
+
+    def pixel_mode(self, results: Sequence[OrbitResult], metric: str | None) -> PixelMode:
+        """NERO's default PIV view: each mosaic cell the element's per-pixel error map.
+
+        The map behind a mean metric is ``<metric>_map`` (``epe_map``, ``mae_map``, ``mse_map``,
+        or their ``consensus_*`` versions in label-free mode), stored by the runs evaluated with
+        ``Flow(maps=...)`` naming it (the default stores the EPE map only). RMSE has none (its
+        root is taken after the mean over pixels). The toggle is offered for mosaic orbits
+        (D4, D4 × time reversal) only."""
+        if not results or not metric or layout_kind(results[0].orbit_dims) != "mosaic":
+            return PixelMode()
+        base = metric.removeprefix("consensus_")
+        if base not in FLOW_METRICS:
+            return PixelMode(True, None, f"{results[0].meta(metric).display} has no per-pixel map: the cells show "
+                             "each element's mean")
+        label = FLOW_METRICS[base][0] + (" vs consensus" if base != metric else "")
+        if base == "rmse":
+            return PixelMode(True, None, "RMSE has no per-pixel map (its root is taken after the mean over pixels; "
+                             "NERO's \"RMSE\" map is the MAE map): the cells show each element's mean; choose EPE, "
+                             "MAE or MSE for per-pixel maps")
+        variable = f"{metric}_map"
+        missing = [r for r in results if variable not in r.data or r.data[variable].ndim != 3 + len(r.orbit_dims)]
+        if missing:
+            maps = tuple(dict.fromkeys([*_task(missing[0]).maps, base]))
+            names = ", ".join(sorted({str(r.attrs.get("model_name", r.attrs.get("run_id", "?"))) for r in missing}))
+            return PixelMode(True, None, f"no stored per-pixel {label} map in {names}: the cells show each element's "
+                             f"mean; evaluate with Flow(maps={maps!r}) to record the maps")
+        return PixelMode(True, variable, f"per pixel: each cell is the element's {label} map")
 
     def label_free_available(self, results: Sequence[OrbitResult]) -> bool:
         return bool(results) and all("consensus_epe" in r.data for r in results)
