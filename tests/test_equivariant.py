@@ -1,4 +1,5 @@
-"""Tests for orbitscope.models.equivariant: p4 group convolutions, P4CNN invariance, group averaging.
+"""Tests for orbitscope.models.equivariant and .c8: p4 and C8 group convolutions, P4CNN and C8CNN
+invariance, group averaging.
 
 Equivariance laws are checked by explicit indexing (not through ``rotate_p4``) and every
 invariance claim is paired with a check that fails for a transformation outside the group.
@@ -24,6 +25,7 @@ from orbitscope.models.equivariant import (
     rotate_p4,
     symmetrize,
 )
+from orbitscope.models.c8 import C8CNN, C8GroupConv, C8LiftingConv, rotate_c8, steerable_basis
 from orbitscope.group.elements import check_closed, unique_elements
 from orbitscope.group import Product, Scale
 from orbitscope.models import ReferenceCNN, build_model, list_models
@@ -208,3 +210,145 @@ def test_group_is_part_of_the_run_identity(digits: torch.Tensor) -> None:
     a = evaluate(symmetrize(inner, Rotation90()), data, Rotation90())
     b = evaluate(symmetrize(inner, Rotation(np.arange(0, 360, 45))), data, Rotation90())
     assert a.run_id != b.run_id
+
+
+# ---------------------------------------------------------------------------------------------
+# C8 regular-representation convolutions (orbitscope.models.c8)
+# ---------------------------------------------------------------------------------------------
+
+
+def _expected_c8(y: torch.Tensor, s: int) -> torch.Tensor:
+    """The C8 law for a rotation by s·45° written out with a plain loop: y'[:, :, r] is map
+    (r - s) mod 8 rotated by s·45° (torch.rot90 for even s, orbitscope's bilinear warp for odd s)."""
+    out = []
+    for r in range(8):
+        m = y[:, :, (r - s) % 8]
+        out.append(_rot(m, s // 2) if s % 2 == 0 else warp_images(m, Rotation([45.0 * s]).transforms())[0])
+    return torch.stack(out, dim=2)
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def test_c8_basis_rotates_harmonics_counter_clockwise() -> None:
+    """Written from the definition: a function rotated by θ CCW as displayed is f(R⁻¹ p), so
+    cos φ turns into cos(φ - θ) = (cos φ + sin φ)/√2 at θ = 45°, with its peak moving from the
+    pixel right of the centre to the one above-right (rows grow downwards); ring profiles do not
+    change; rotation 2k is rot90^k of rotation 0 bit for bit."""
+    b = steerable_basis(5)
+    assert b.shape == (8, 9, 5, 5)
+    ring1_cos, ring1_sin = 2, 3  # order: ring 0 | ring 1: profile, cos φ, sin φ | ring 2: ...
+    assert int(b[0, ring1_cos].argmax()) == 2 * 5 + 3  # right of the centre
+    assert int(b[1, ring1_cos].argmax()) == 1 * 5 + 3  # above-right
+    assert int(b[2, ring1_cos].argmax()) == 1 * 5 + 2  # above
+    torch.testing.assert_close(b[1, ring1_cos], (b[0, ring1_cos] + b[0, ring1_sin]) / 2**0.5, atol=1e-12, rtol=0)
+    for profile in (0, 1, 4):
+        torch.testing.assert_close(b[1, profile], b[0, profile], atol=1e-12, rtol=0)
+    for k in range(4):
+        assert torch.equal(b[2 * k], _rot(b[0], k)) and torch.equal(b[2 * k + 1], _rot(b[1], k))
+    assert (b[0, :, 0, 0] == 0).all() and (b[0, 5:, 2, 2] == 0).all()  # disk support; harmonics vanish at the centre
+    with pytest.raises(ValueError, match="odd"):
+        steerable_basis(4)
+
+
+@pytest.mark.parametrize("s", [2, 4, 6])
+def test_c8_lifting_conv_law_at_90(s: int) -> None:
+    torch.manual_seed(10)
+    lift = C8LiftingConv(2, 5, kernel_size=5)
+    x = torch.randn(3, 2, 12, 12)
+    with torch.no_grad():
+        y, y_rot = lift(x), lift(_rot(x, s // 2))
+    assert y.shape == (3, 5, 8, 12, 12)
+    torch.testing.assert_close(y_rot, _expected_c8(y, s), atol=1e-5, rtol=0)
+    torch.testing.assert_close(rotate_c8(y, s), _expected_c8(y, s), atol=0, rtol=0)
+    assert (y_rot - _rot(y, s // 2)).abs().max() > 1e-2  # without the roll of the group axis the law fails
+
+
+@pytest.mark.parametrize("s", [2, 6])
+def test_c8_group_conv_law_at_90(s: int) -> None:
+    torch.manual_seed(11)
+    conv = C8GroupConv(3, 4, kernel_size=5)
+    f = torch.randn(2, 3, 8, 10, 10)
+    with torch.no_grad():
+        y, y_rot = conv(f), conv(_expected_c8(f, s))
+    torch.testing.assert_close(y_rot, _expected_c8(y, s), atol=1e-5, rtol=0)
+    assert (y_rot - _rot(y, s // 2)).abs().max() > 1e-2  # spatial rotation alone is not the law
+    assert (y_rot - _expected_c8(y, -s)).abs().max() > 1e-2  # nor is rolling the other way
+
+
+def test_c8_convs_at_45_within_tolerance(digits: torch.Tensor) -> None:
+    """At 45° the law holds only approximately: the digit is resampled by the warp, the filter is
+    a sampled rotated function, and the comparison warps the feature maps. Tolerance: relative L2
+    error 0.2 (measured 0.08-0.16 for the lifting layer and 0.07-0.16 after a group convolution,
+    seeds 12-19 on these digits); the wrong actions (no roll of the group axis, or a roll the
+    other way) are off by 0.65-1.2."""
+    torch.manual_seed(12)
+    lift, conv = C8LiftingConv(1, 6, kernel_size=5), C8GroupConv(6, 6, kernel_size=5)
+    x45 = warp_images(digits, Rotation([45.0]).transforms())[0]
+    with torch.no_grad():
+        for layer in (lift, lambda z: conv(lift(z))):
+            y, y_rot = layer(digits), layer(x45)
+            err = _relative(y_rot, _expected_c8(y, 1))
+            assert err < 0.2, err
+            assert _relative(y_rot, _expected_c8(y, 0)) > 0.5 and _relative(y_rot, _expected_c8(y, -1)) > 0.5
+    torch.testing.assert_close(rotate_c8(y, 1), _expected_c8(y, 1), atol=0, rtol=0)
+
+
+def _c8_with_statistics(digits: torch.Tensor, seed: int) -> C8CNN:
+    """A C8CNN with non-trivial BatchNorm statistics (one forward pass in train mode)."""
+    torch.manual_seed(seed)
+    model = C8CNN()
+    with torch.no_grad():
+        model.train()(digits)
+    return model.eval()
+
+
+def test_c8cnn_invariant_to_90_not_exactly_to_45(digits: torch.Tensor) -> None:
+    model = _c8_with_statistics(digits, 13)
+    padded = nn.functional.pad(digits, (2, 2, 2, 2))  # 32 × 32, also divisible by 4
+    with torch.no_grad():
+        for x in (digits, padded):
+            base = model(x)
+            for k in (1, 2, 3):
+                assert (model(_rot(x, k)) - base).abs().max() < 1e-5
+        assert base.shape == (16, 10)
+        change45 = (model(warp_images(digits, Rotation([45.0]).transforms())[0]) - model(digits)).abs().max()
+    assert change45 > 1e-4  # 45° is in C8, but its action on the pixel grid is not exact
+
+
+def test_c8cnn_exactness_by_input_size(digits: torch.Tensor) -> None:
+    """osc.exactness: exact at 90° multiples for sides divisible by 4 (28, 32: the two 2×2 poolings
+    keep the grid's centre), not for 29 (the first pooling drops a row) nor 30 (15 → 7 drops one)."""
+    from orbitscope import exactness
+
+    model = _c8_with_statistics(digits, 14)
+    rows = exactness(model, "rotation90", [28, 29, 30, 32])
+    worst = {}
+    for r in rows:
+        assert r["exact_action"] and not r["error"]
+        worst[r["size"][0]] = max(worst.get(r["size"][0], 0.0), r["relative_change"])
+    assert worst[28] < 1e-5 and worst[32] < 1e-5, worst
+    assert worst[29] > 1e-3 and worst[30] > 1e-3, worst
+
+
+def test_c8cnn_registry_roundtrip_and_channels_last(tmp_path: Path, digits: torch.Tensor) -> None:
+    assert "c8cnn" in list_models()
+    torch.manual_seed(15)
+    model = build_model({"arch": "c8cnn", "widths": [2, 3, 3, 4], "hidden": 8, "num_classes": 3, "kernel_size": 3})
+    assert isinstance(model, C8CNN) and model.config["kernel_size"] == 3
+    with torch.no_grad():
+        model.train()(digits)
+    model.eval()
+    loaded = load_model(save_model(model, tmp_path / "c8.safetensors"))
+    with torch.no_grad():
+        assert torch.equal(loaded(digits), model(digits))
+    assert "basis" not in loaded.state_dict() and not any("basis" in k for k in loaded.state_dict())  # rebuilt, not stored
+    with pytest.raises(ValueError, match="4 conv widths"):
+        C8CNN(widths=(4, 4))
+    with pytest.raises(ValueError, match=r"C8 feature maps"):
+        rotate_c8(torch.zeros(1, 2, 4, 5, 5))
+    model.train().to(memory_format=torch.channels_last)  # as train_classifier does
+    loss = nn.functional.cross_entropy(model(torch.rand(4, 1, 8, 8)), torch.tensor([0, 1, 2, 0]))
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -11,7 +11,10 @@ MNIST (the real 5,000-digit subset), with our small CNN
 NERO's truncated-normal augmentation (σ = 90°), our p4 group-convolution CNN, and the plain CNN
 symmetrized over C4 (exactly invariant to 90° rotations); then NERO's own pair, its plain CNN
 (:class:`~orbitscope.models.nero_cnn.NeroCNN`, Zhao et al., arXiv 2305.19889) trained upright and
-with NERO's whole-degree truncated-normal angles, drawn in a second polar plot of their own.
+with NERO's whole-degree truncated-normal angles, drawn in a second polar plot of their own; and
+NERO's third model, a C8-equivariant CNN (:class:`~orbitscope.models.c8.C8CNN`, ours in place of
+NERO's e2cnn network), drawn beside that pair in a third (``nero_<metric>_polar_nero-cnn_vs_
+nero-cnn-normal90_vs_c8-cnn.png``).
 Fashion-MNIST (real IDX files from Debian's ``dataset-fashion-mnist``; skipped with a note when
 absent): plain, NERO-augmented, and the plain CNN symmetrized over C4. Models not yet cached are
 trained two at a time in separate processes (one torch thread each), the costliest first. Then
@@ -54,19 +57,27 @@ class DemoCase:
     ``models`` maps a display name to a :class:`TrainRecipe`, or to ``"symmetrized"`` (the first
     model averaged over C4). The first two models are the pair of the headline NERO plot;
     ``pairs`` names further ``(model, model)`` pairs drawn the same way
-    (``nero_<metric>_polar_<a>_vs_<b>.png``).
+    (``nero_<metric>_polar_<a>_vs_<b>.png``) and compared by the paired tests; ``groups`` names
+    further sets of two or more models drawn together (``nero_<metric>_polar_<a>_vs_<b>_vs_<c>.png``,
+    no paired tests).
     """
 
     name: str
     test_data: Callable[[int], ArrayDataset]  # images per class -> a stratified evaluation set
     models: dict[str, TrainRecipe | str]
     pairs: tuple[tuple[str, str], ...] = ()
+    groups: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         for pair in self.pairs:
             unknown = [m for m in pair if m not in self.models]
             if len(pair) != 2 or unknown:
                 raise ValueError(f"demo case {self.name!r}: pair {pair!r} must name two of its models {list(self.models)}")
+        for group in self.groups:
+            unknown = [m for m in group if m not in self.models]
+            if len(group) < 2 or unknown:
+                raise ValueError(f"demo case {self.name!r}: group {group!r} must name two or more of its models "
+                                 f"{list(self.models)}")
 
 
 DEMO_CASES = (
@@ -78,7 +89,8 @@ DEMO_CASES = (
         "plain-cnn-symmetrized-c4": SYMMETRIZED,
         "nero-cnn": EXTRA_RECIPES["nero-cnn"],
         "nero-cnn-normal90": EXTRA_RECIPES["nero-cnn-normal90"],
-    }, pairs=(("nero-cnn", "nero-cnn-normal90"),)),
+        "c8-cnn": EXTRA_RECIPES["c8cnn"],
+    }, pairs=(("nero-cnn", "nero-cnn-normal90"),), groups=(("nero-cnn", "nero-cnn-normal90", "c8-cnn"),)),
     DemoCase("fashion-mnist", lambda per_class: fashion_mnist("test").stratified(per_class), {
         "fashion-plain-cnn": EXTRA_RECIPES["fashion-plain"],
         "fashion-nero-augmented-cnn": EXTRA_RECIPES["fashion-normal90"],
@@ -111,7 +123,7 @@ def _train_one(recipe: TrainRecipe, cache_dir: str) -> str:
 
 #: Rough training cost per image and epoch relative to our ReferenceCNN (measured on one CPU thread:
 #: about 2.2 s, 4 s and 15 s per epoch of 4,000 digits); unknown architectures count as 1.
-_RELATIVE_COST = {"p4cnn": 2.0, "nero-cnn": 7.0}
+_RELATIVE_COST = {"p4cnn": 2.0, "c8cnn": 2.0, "nero-cnn": 7.0}
 
 
 def _training_cost(recipe: TrainRecipe) -> float:
@@ -241,12 +253,12 @@ def _write_outputs(case: DemoCase, runs: list[Run], folder: Path, summary: list[
         f"{case.name} all models": save_figure(nero_plot(results, "correct", labels=names, band=False),
                                                folder / "nero_accuracy_all_models.png"),
     }
-    for a, b in case.pairs:
-        pair = [results[names.index(a)], results[names.index(b)]]
+    for group in (*case.pairs, *case.groups):
+        chosen = [results[names.index(m)] for m in group]
         for metric, what in (("correct", "accuracy"), ("confidence", "confidence")):
-            files[f"{case.name} {what} plot {a} vs {b}"] = save_figure(
-                nero_plot(pair, metric, labels=[a, b], compare=metric == "correct"),
-                folder / f"nero_{what}_polar_{a}_vs_{b}.png")
+            files[f"{case.name} {what} plot {' vs '.join(group)}"] = save_figure(
+                nero_plot(chosen, metric, labels=list(group), compare=metric == "correct" and len(group) == 2),
+                folder / f"nero_{what}_polar_{'_vs_'.join(group)}.png")
     rows = [{**row, "run": run.run_id} for row, run in zip(summary, runs)]
     files[f"{case.name} summary"] = write_csv(rows, folder / "summary.csv")
     files[f"{case.name} comparisons"] = write_csv(comparisons, folder / "comparisons.csv")
