@@ -204,3 +204,38 @@ def test_nero_thresholds_are_part_of_the_run_identity():
     names = {v.name for v in Detection().dataset_variables()}
     assert {"nero_ap", "consensus_nero_ap"} <= names
     assert {"nero_precision", "nero_recall", "consensus_nero_precision"} <= set(Detection.compute_reads)
+
+
+def test_the_demo_counting_table_reads_both_countings_from_the_run(tmp_path):
+    """``counting_rows`` (the demo's ``counting.csv``): per model one row with COCO's matching and one
+    with NERO's counting, each the orbit mean of the stored per-sample means, and the APs those of
+    ``dataset_metrics`` (AP@0.5 and nero_ap), at the centred view too."""
+    import warnings
+
+    import orbitscope as osc
+    from orbitscope.demos.detection import DETECTORS
+    from orbitscope.demos.detection_summary import counting_rows
+    from orbitscope.demos.shipped import cache_ready
+    from orbitscope.training.detection import DetectorRecipe, cached_detector, detection_training_data, detector_cache_path
+
+    recipe = DETECTORS["centre-detector-jitter100"]
+    assert cache_ready(detector_cache_path(recipe, tmp_path))  # the shipped weights: nothing trains
+    model, _ = cached_detector(recipe, tmp_path)
+    data = detection_training_data(DetectorRecipe(scenes=40, seed=1), split="test").subset(range(8))
+    run = osc.evaluate(model, data, "window-shift:-16:16:16", Detection(ground_truth="key"), view_size=(64, 64))
+    rows = counting_rows([run], ["m"])
+    assert [(r["model"], r["counting"], r["predictions"]) for r in rows] == [
+        ("m", "COCO matching", "score ≥ 0.5"), ("m", "NERO counting", "score ≥ 0.05")]
+    res, dm = run.result, osc.dataset_metrics(run.result)
+    centre = (1, 1)  # tx = ty = 0 on -16, 0, 16
+    for row, names, ap in ((rows[0], ("precision", "recall", "f1"), "ap50"),
+                           (rows[1], ("nero_precision", "nero_recall", "nero_f1"), "nero_ap")):
+        for label, name in zip(("precision", "recall", "F1"), names):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                per_element = np.nanmean(res[name].values.astype(np.float64), 0)
+            assert row[f"{label} mean"] == pytest.approx(np.nanmean(per_element), abs=1e-4)
+            assert row[f"{label} centre"] == pytest.approx(per_element[centre], abs=1e-4)
+        assert row["AP mean"] == pytest.approx(np.nanmean(dm[ap].values), abs=1e-4)
+        assert row["AP centre"] == pytest.approx(dm[ap].values[centre], abs=1e-4)
+    assert rows[0]["precision mean"] != rows[1]["precision mean"]

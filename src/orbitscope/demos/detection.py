@@ -11,7 +11,12 @@ Parts, each written under ``<out>/`` (heatmap PNGs, ``summary.csv``, ``report.ht
    view, at half its 128-px scale) with NERO's key-object ground truth
    (``Detection(ground_truth="key")``), in two worker processes. ``summary.csv`` carries each
    model's test of invariance of conf × IoU, ``contrast.csv`` the paired comparison (orbit means
-   and per shift; :func:`~orbitscope.demos.common.contrast_rows`).
+   and per shift; :func:`~orbitscope.demos.common.contrast_rows`), ``counting.csv`` precision,
+   recall, F1 and AP with COCO's one-to-one matching and with NERO's counting side by side
+   (:func:`~orbitscope.demos.detection_summary.counting_rows`). The key-object ground truth is
+   NERO's protocol and the question the demo asks (does the box follow *this* object?); every
+   digit in view as ground truth (``ground_truth="all"``) is measured beside it by
+   ``benchmarks/detection_counting.py`` (``benchmarks/results/detection_counting.txt``).
 2. **Real detectors on real, unlabelled photos**, label-free with the consensus, ``photos/``:
    OpenCV's HOG people detector on pedestrians of ``vtest.avi`` (shifts −30…30 by 6, 192-px view);
    MTCNN (when facenet-pytorch's weights are installed), OpenCV's Haar frontal-face cascade and
@@ -43,9 +48,10 @@ from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from .lee import LEE_SAMPLES, LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
-from .detection_summary import dataset_heatmaps, headline_rows
+from .detection_summary import counting_rows, dataset_heatmaps, headline_rows
 
-__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows", "dataset_heatmaps"]
+__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows", "counting_rows",
+           "dataset_heatmaps"]
 
 #: the two detectors of NERO's contrast (display name -> recipe)
 DETECTORS: dict[str, DetectorRecipe] = {
@@ -114,6 +120,7 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     demo.runs["scenes"] = runs
     demo.summaries["scenes"] = with_invariance(headline_rows(runs, names), runs, "conf_iou")
     demo.summaries["scenes contrast"] = contrast_rows(runs, names, [(names[0], names[1])], ("conf_iou",))
+    demo.summaries["scenes counting (COCO vs NERO)"] = counting_rows(runs, names)
     # LEE with layers costs a forward-mode pass per layer call: 50 key objects, horizontal shifts
     lee = lee_section(store, lee_models, test, Detection(ground_truth="key"), ["translate_x"], "conf_iou",
                       out / "scenes", n=LEE_SAMPLES // 2, say=say, seconds=demo.seconds)
@@ -121,6 +128,8 @@ def run_detection_demo(home: str | Path | None = None, out_dir: str | Path = "de
     demo.files.update({f"scenes {k}": v for k, v in lee.files.items()})
     demo.files.update(_write_scene_outputs(runs, names, out / "scenes", demo.summaries["scenes"],
                                            demo.summaries["scenes contrast"], [lee.html]))
+    demo.files["detection counting"] = write_csv(demo.summaries["scenes counting (COCO vs NERO)"],
+                                                 out / "scenes" / "counting.csv")
 
     if photos and not opencv_examples_available():
         demo.skipped["photos"] = ("OpenCV's example photos are missing: install Debian's opencv-doc "
@@ -157,6 +166,9 @@ def _pretrained(demo: DetectionDemo, store: Store, out: Path, say: Callable[[str
         demo.runs["faces"], demo.summaries["faces (MTCNN vs Haar)"] = runs, rows
         demo.summaries["faces contrast"] = contrast_rows(runs, names, [(names[0], names[1])], ("conf_iou",))
         files["faces contrast"] = write_csv(demo.summaries["faces contrast"], out / "faces" / "scenes" / "contrast.csv")
+        demo.summaries["faces counting (COCO vs NERO)"] = counting_rows(runs, names)
+        files["faces counting"] = write_csv(demo.summaries["faces counting (COCO vs NERO)"],
+                                            out / "faces" / "scenes" / "counting.csv")
         demo.files.update(files)
         demo.seconds["faces"] = time.perf_counter() - t0
 

@@ -11,7 +11,7 @@ import numpy as np
 from ..engine.evaluation import Run
 from ..results.result import dataset_metrics
 
-__all__ = ["headline_rows", "dataset_heatmaps"]
+__all__ = ["headline_rows", "counting_rows", "dataset_heatmaps"]
 
 
 def _nan_stats(a: np.ndarray) -> tuple[float, float]:
@@ -45,6 +45,38 @@ def headline_rows(runs: list[Run], names: list[str], metric: str = "conf_iou") -
             row["NERO mean(conf)·mean(IoU)"] = round(_nan_stats(dm["nero_conf_iou"].values)[0], 4)
         row["run"] = run.run_id
         rows.append(row)
+    return rows
+
+
+def counting_rows(runs: list[Run], names: list[str], consensus: bool = False) -> list[dict[str, Any]]:
+    """The two ways of counting side by side: per model, one row with COCO's one-to-one matching
+    (``precision``, ``recall``, ``f1`` over detections scoring at least the task's
+    ``score_threshold``, IoU ≥ 0.5; and AP@0.5) and one with NERO's (``nero_precision``, … over
+    every prediction scoring at least ``nero_score_threshold``, IoU > 0.5 with +1-pixel sides,
+    duplicates all true positives; and NERO's "AP", voc_ap of the per-sample pairs in sample
+    order): orbit means of the sample means, and at the identity (the centred view). Against the
+    consensus objects with ``consensus``. See :mod:`orbitscope.tasks.detection`."""
+    prefix = "consensus_" if consensus else ""
+    rows = []
+    for run, name in zip(runs, names):
+        res = run.result
+        task = res.task()
+        dm = dataset_metrics(res)
+        identity = tuple(int(np.argmin(np.abs(res.data.coords[d].values))) for d in res.orbit_dims)
+        ways = (("COCO matching", f"score ≥ {task.score_threshold:g}", ("precision", "recall", "f1"), "ap50"),
+                ("NERO counting", f"score ≥ {task.nero_score_threshold:g}", ("nero_precision", "nero_recall", "nero_f1"),
+                 "nero_ap"))
+        for way, threshold, (p, r, f), ap in ways:
+            if any(f"{prefix}{v}" not in res.data for v in (p, r, f)):
+                continue  # a run stored before NERO's counting was recorded
+            row: dict[str, Any] = {"model": name, "counting": way, "predictions": threshold}
+            for label, v in (("precision", p), ("recall", r), ("F1", f)):
+                agg = res.aggregate(f"{prefix}{v}")["mean"].values
+                row[f"{label} mean"], row[f"{label} centre"] = round(_nan_stats(agg)[0], 4), round(float(agg[identity]), 4)
+            if f"{prefix}{ap}" in dm:
+                values = dm[f"{prefix}{ap}"].values
+                row["AP mean"], row["AP centre"] = round(_nan_stats(values)[0], 4), round(float(values[identity]), 4)
+            rows.append(row)
     return rows
 
 

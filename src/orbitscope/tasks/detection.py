@@ -6,7 +6,7 @@ with score −inf or label −1). Targets: boxes + labels per image (ragged), mo
 and clipped to the view by the ``boxes`` kind; a box with no area left in view is not a target.
 
 Per sample and orbit element (see :mod:`orbitscope.tasks.detection_metrics` for the matching and
-IoU conventions, those of pycocotools):
+IoU conventions, those of pycocotools, and NERO's):
 
 * ``confidence``: the top-scoring detection's score (0 when there is none);
 * ``iou``: its IoU with the ground-truth box in view that it overlaps most (any class; NaN when no
@@ -14,14 +14,32 @@ IoU conventions, those of pycocotools):
 * ``conf_iou``: ``confidence × iou`` per sample — NERO's default individual metric. Its mean over
   samples is *not* NERO's aggregate, which was mean(confidence) · mean(IoU): that one is the
   dataset-level ``nero_conf_iou`` of :meth:`Detection.compute`;
-* ``precision``, ``recall``, ``f1`` at IoU ≥ 0.5 with the right class, over the detections scoring
-  at least ``score_threshold`` (recall = true positives / ground-truth boxes in view — NERO's code
-  divided by 4 there, a slip; F1 = 2·TP / (detections + ground truth));
+* ``precision``, ``recall``, ``f1`` with COCO's one-to-one matching at IoU ≥ 0.5 with the right
+  class, over the detections scoring at least ``score_threshold`` (default 0.5; recall = true
+  positives / ground-truth boxes in view — NERO's consensus code divided by 4 there, a slip;
+  F1 = 2·TP / (detections + ground truth));
+* ``nero_precision``, ``nero_recall``, ``nero_f1``: NERO's own counting
+  (:func:`~orbitscope.tasks.detection_metrics.nero_counts`), over **every** prediction of the row
+  (not only the top ``max_detections``) scoring at least ``nero_score_threshold`` (default 0.05:
+  NERO counted all that its Faster R-CNN returned, which has torchvision's 0.05 floor; 0 counts
+  every prediction). Every right-class prediction with IoU > 0.5 (NERO's +1-pixel sides) with a
+  counted ground-truth box is a true positive, duplicates included (no one-to-one matching);
+  precision = TP / predictions (NaN without predictions), recall = min(1, TP / ground-truth
+  boxes) (NaN without ground truth: NERO had one key object per crop, so TP / 1), F1 = 2PR / (P + R)
+  (0 when TP = 0, NaN without ground truth). With ``ground_truth="key"`` the key object alone is
+  ground truth and predictions of the other objects are false positives, as in NERO (the
+  COCO-style counting ignores them instead: see below); with ``"all"`` every box in view is, and
+  recall may reach 1 with duplicates of one of several objects (NERO's rule, generalised);
 * per-sample states for dataset-level AP: the top ``max_detections`` detections' scores, classes
   and true-positive flags at the ten COCO IoU thresholds, and which ground-truth boxes are in view.
 
 Dataset level (:func:`orbitscope.results.dataset_metrics`): ``ap50`` (AP@0.5) and ``map`` (COCO
-mAP@[.5:.95]) per orbit element, and ``nero_conf_iou``.
+mAP@[.5:.95]) per orbit element, ``nero_conf_iou``, and ``nero_ap``, NERO's "AP": py-faster-rcnn's
+``voc_ap`` of the samples' (``nero_recall``, ``nero_precision``) pairs **in sample order**
+(:func:`~orbitscope.tasks.detection_metrics.nero_average_precision`; samples without ground
+truth left out, a sample without predictions as (0, 0)). It is not a precision–recall curve:
+it changes when the samples are reordered, duplicates raise it, and it ignores the scores, so it
+is a different number from COCO's AP@0.5 (which ranks the detections of all samples by score).
 
 Key-object ground truth (``ground_truth="key"``, NERO's protocol for key-object contexts such as
 :func:`orbitscope.data.key_object_contexts`, whose first box is the key object): only box 0 is
@@ -48,11 +66,14 @@ consensus objects (at most ``max_objects``), so a sample on which the model dete
 a consensus, as in NERO (whose consensus was the mean of the top boxes). Each element's
 consensus target is them moved by the element and clipped to the view, like the ground truth.
 Every labelled metric above is then also scored against it (``consensus_iou``,
-``consensus_conf_iou``, ``consensus_precision``, …, and at dataset level ``consensus_ap50`` and
-``consensus_map``), and the consensus objects are stored per sample (``consensus_boxes``,
+``consensus_conf_iou``, ``consensus_precision``, ``consensus_nero_precision``, …, and at dataset
+level ``consensus_ap50``, ``consensus_map`` and ``consensus_nero_ap``), and the consensus objects are stored per sample (``consensus_boxes``,
 ``consensus_labels``, ``consensus_scores``, canonical frame). A sample with no detection at any
 element has no consensus object: its consensus metrics are NaN (no target), as for an image with
-no object in view.
+no object in view. NERO's consensus was the mean over shifts of (top box − shift), **including
+shifts without a prediction**, where a zero box entered the mean and pulled the consensus box
+towards the origin; clustering leaves an element without a matching box out of the corners (it
+only lowers the fused score).
 """
 
 from __future__ import annotations
@@ -128,8 +149,10 @@ class Detection(Task):
 
     Args:
         score_threshold: detections scoring at least this count for precision, recall and F1
-            (COCO-style counting; the default, torchvision's ``box_score_thresh``, keeps the
-            low-scoring detections of small or uncertain detectors).
+            (COCO-style counting: an operating point; AP uses every detection). On the detection
+            demo's data 0.5 gives recall 0.14 and 0.52 for the two detectors and 0.05
+            (torchvision's ``box_score_thresh``) precision 0.05 and 0.10, as they always return 10
+            boxes (``benchmarks/results/detection_counting.txt``).
         max_detections: detections kept per row for AP (COCO keeps 100 per image and class).
         max_objects: most ground-truth boxes per image (the width of the in-view state).
         input_kind: ``"window"`` (a field of view moving over a larger context image, NERO's
@@ -144,7 +167,7 @@ class Detection(Task):
             i.e. those above torchvision's 0.05 floor: the default; 0 counts every prediction.
     """
 
-    score_threshold: float = 0.05
+    score_threshold: float = 0.5
     max_detections: int = 10
     max_objects: int = 16
     input_kind: str = "window"
@@ -179,7 +202,7 @@ class Detection(Task):
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "Detection":
-        return cls(score_threshold=float(spec.get("score_threshold", 0.05)),
+        return cls(score_threshold=float(spec.get("score_threshold", 0.5)),
                    max_detections=int(spec.get("max_detections", 10)), max_objects=int(spec.get("max_objects", 16)),
                    input_kind=str(spec.get("input_kind", "window")),
                    consensus_score=float(spec.get("consensus_score", 0.25)),
