@@ -1,7 +1,8 @@
 """The flow (PIV) view end to end in real Chromium (Playwright for Python driving Debian's
-``/usr/bin/chromium``): switch to the flow run group, click a cell of NERO's 4×4 mosaic, read the
-detail panel (the transformed pair, the moved consensus flows, the EPE maps), re-evaluate live at
-another element with the live controls.
+``/usr/bin/chromium``): switch to the flow run group, see NERO's 4×4 mosaic of per-pixel EPE
+maps (the default), click inside a cell's map, read the detail panel (the transformed pair, the
+moved consensus flows, the EPE maps), re-evaluate live at another element with the live
+controls; switch the mosaic to averaged cells and click one.
 
 Store: a small classification run (so that the flow group has to be chosen) and the flow store of
 :mod:`test_app_flow`. Screenshots go to the test's temporary folder (``shots/``) and, when
@@ -76,14 +77,22 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     sample = int(re.match(r"sample (\d+)", title).group(1))
     page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
                            " return g && g.data && g.data.some(t => t.type === 'heatmap'); }")
+    # NERO's default: per-pixel maps, one heatmap per cell and model, at the cells of the 4×4 mosaic
     cells = [m for m in trace_metas(page, "#aggregate") if m.get("role") == "value"]
-    assert len(cells) == 2 and all(m["elements"] == [list(r) for r in NERO_MOSAIC] for m in cells)  # 4×4 mosaics
+    assert len(cells) == 32 and all(m["element"] == NERO_MOSAIC[m["cell"][0]][m["cell"][1]] for m in cells)
+    assert page.locator("#mosaic-cells-row").is_visible()  # the toggle, shown for these runs
+    assert "0th–80th percentile of all models' values" in page.inner_text("#aggregate")
+    assert page.locator("#aggregate .hm image, #aggregate .heatmaplayer image").count() >= 32 or \
+        _drawn_images(page, "#aggregate") >= 32
+    shot(page, shots, "flow-0-maps")
 
-    # click the mosaic cell of element 10 (time reversed, rot90): row 0, column 0
+    # click inside the map of element 10 (time reversed, rot90): row 0, column 0
     element = 10
     r, c = np.argwhere(np.array(NERO_MOSAIC) == element)[0]
-    page.mouse.click(*plot_point(page, "#aggregate", c + 0.5, r + 0.5))
+    page.mouse.click(*plot_point(page, "#aggregate", c + 0.5, r + 0.6))
     wait_text(page, "#detail-title", rf"^sample {sample} · time reversed, rot90$")
+    marks = [m for m in trace_metas(page, "#aggregate") if m.get("role") == "marker"]
+    assert marks and all(m["element"] == element for m in marks)
     wait_text(page, "#live-title", r"· time reversed, rot90$")  # the live controls jump to the element
     for k in (0, 1):
         page.wait_for_selector(f"#detail-pair-{k}")
@@ -127,5 +136,18 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     # the stored panel still shows the clicked element
     assert page.inner_text("#detail-title").endswith("time reversed, rot90")
     shot(page, shots, "flow-2-live")
+
+    # the averaged toggle: one mean per cell (NERO's transformed F in each), a click still selects
+    page.get_by_label("averaged").check()
+    page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
+                           " return g && g.data && g.data.some(t => t.meta && t.meta.role === 'glyph'); }")
+    flat = [m for m in trace_metas(page, "#aggregate") if m.get("role") == "value"]
+    assert len(flat) == 2 and all(m["elements"] == [list(r) for r in NERO_MOSAIC] for m in flat)
+    r, c = np.argwhere(np.array(NERO_MOSAIC) == 7)[0]
+    page.mouse.click(*plot_point(page, "#aggregate", c + 0.5, r + 0.75))
+    wait_text(page, "#detail-title", rf"^sample {sample} · time forward, vflip$")
+    page.get_by_label("per-pixel maps").check()
+    page.wait_for_function("() => { const g = document.querySelector('#aggregate .js-plotly-plot');"
+                           " return g && g.data && g.data.filter(t => t.meta && t.meta.cell).length === 32; }")
     assert not page.server_errors  # type: ignore[attr-defined]
-    assert len(list(shots.glob("*.png"))) == 2
+    assert len(list(shots.glob("*.png"))) == 3

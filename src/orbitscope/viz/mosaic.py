@@ -36,7 +36,7 @@ from ..group import NERO_MOSAIC  # NERO's 4×4 mosaic, row by row: the element i
 from .colour_scale import colour_scale
 
 __all__ = ["NERO_MOSAIC", "D4_MOSAIC", "SHORT_NAMES", "F_GLYPH", "element_glyph", "element_name", "mosaic_cells", "element_values",
-           "cell_extent", "glyph_outline", "render_mosaic", "render_mosaic_plotly"]
+           "cell_extent", "glyph_outline", "render_mosaic", "render_mosaic_plotly", "PLOTLY_MAP_SIDE"]
 
 #: The middle two columns: the mosaic of a plain D4 orbit.
 D4_MOSAIC = tuple(row[1:3] for row in NERO_MOSAIC)
@@ -224,12 +224,18 @@ def glyph_outline(index: int, left: float, top: float, pixel: float) -> tuple[li
     return xs, ys
 
 
-def render_mosaic_plotly(data: NeroData, *, max_side: int = 64) -> Any:
+#: Most pixels a side of a map cell in the plotly mosaic (block means; the interface's cells are
+#: about 50 screen pixels wide, and two models' 16 maps of 64 × 64 would be ~1.8 MB of JSON).
+PLOTLY_MAP_SIDE = 32
+
+
+def render_mosaic_plotly(data: NeroData, *, max_side: int = PLOTLY_MAP_SIDE) -> Any:
     """Plotly mosaic: one subplot per model, one shared ``coloraxis``. Flat cells: one heatmap
     per model (``meta["elements"]`` = the grid of element indices, ``z`` row by row) and the
     moved letters "F" (scatter traces, ``meta["role"] == "glyph"``, black or white against the
     cell's colour); maps: one heatmap per cell (``meta["element"]``, ``meta["cell"]``),
-    block-averaged to at most ``max_side`` pixels a side to keep the page small. A marker is a
+    block-averaged to at most ``max_side`` pixels a side to keep the page small (the colour
+    range is taken from the full maps). A marker is a
     closed red line (``meta["role"] == "marker"``). The colour rule
     (:attr:`~orbitscope.viz.colour_scale.ColourScale.rule`) is an annotation under the plots
     (``name="colour-rule"``)."""
