@@ -1,8 +1,11 @@
 """The flow view (NERO's PIV case study): does the estimate turn, mirror and reverse with the pair?
 
 Orbits of flow runs are usually D4 × time reversal (``d4xt``: dims ``("time_reversed", "d4")``),
-which the shell draws as NERO's 4×4 mosaic; a click on a cell selects that element. Any other
-orbit works too (the element is applied through the engine's own kind actions).
+which the shell draws as NERO's 4×4 mosaic; a click on a cell selects that element. As in NERO,
+each cell shows the element's per-pixel error map by default (:meth:`FlowView.pixel_mode`: the
+stored ``<metric>_map``; aggregate: its mean over the shown samples), with one mean per cell as
+the "averaged" toggle. Any other orbit works too (the element is applied through the engine's
+own kind actions).
 
 Detail panel for the selected sample at the selected element:
 
@@ -369,8 +372,9 @@ class FlowView(TaskView):
     # -- selectors ------------------------------------------------------------------------------
     def metric_options(self, results: Sequence[OrbitResult], label_free: bool) -> list[tuple[str, str]]:
         """The mean metrics (epe, rmse, mae, mse, then ``consensus_*``); the per-pixel maps are
-        not menu entries (the shell aggregates one value per sample and element; the maps are
-        drawn in the detail panel)."""
+        not menu entries (rankings and embeddings need one value per sample and element): the
+        mosaic draws the map behind the chosen metric (:meth:`pixel_mode`), and the detail
+        panel the selected element's EPE map."""
         if not results:
             return []
         have = set.intersection(*(set(reducible_variables(r)) for r in results))
