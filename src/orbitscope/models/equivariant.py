@@ -13,8 +13,10 @@ Two ways to get a classifier whose outputs do not change under a finite rotation
   inputs whose side is divisible by 4 (the network halves the resolution twice).
 
 NERO (arXiv:2305.19889) compared against an E(2)-steerable CNN with C8 built with the ``e2cnn``
-library; that library is not used here. p4 is the largest rotation group whose action on the
-pixel grid is exact, so its invariance can be tested to float precision.
+library; that library is not used here. Our C8 network is :class:`~orbitscope.models.c8.C8CNN`
+(:mod:`orbitscope.models.c8`), exact on the C4 subgroup and approximate at odd multiples of 45°.
+p4 is the largest rotation group whose action on the pixel grid is exact, so its invariance can
+be tested to float precision.
 
 Convention:
     Feature maps on p4 are tensors ``(B, C, 4, H, W)``; index ``r`` on the rotation axis stands
