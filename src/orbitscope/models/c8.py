@@ -222,6 +222,9 @@ class C8CNN(nn.Module):
     convolutions have no bias. Invariance at multiples of 90° is exact (float rounding) for
     square inputs whose side is divisible by 4; at odd multiples of 45° it is approximate (see the
     module docs), and the network is not invariant to other angles beyond what it learns.
+    With the default widths it has 18k parameters and costs about 1.3 times the default
+    ``P4CNN``'s forward time (512 digits on one CPU thread, prepared by
+    :func:`~orbitscope.models.optimize_for_inference`: 0.46 s against 0.36 s).
 
     Args:
         in_channels: image channels C.
