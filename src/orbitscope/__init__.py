@@ -70,6 +70,7 @@ from .stats import check_result, compare_models, invariance_test, plan_samples, 
 from .lie import lie_derivative
 # models
 from .models.equivariant import P4CNN, symmetrize
+from .models.c8 import C8CNN
 from .models.loading import load_model, load_user_model, save_model
 from .models.reference import ReferenceCNN, SmallCNN, fold_batchnorm, model_hash, optimize_for_inference
 from .training.recipes import TrainRecipe, cached_reference_model, train_classifier
@@ -103,7 +104,7 @@ __all__ = [
     # the Lie derivative
     "lie_derivative",
     # models
-    "P4CNN", "symmetrize", "ReferenceCNN", "SmallCNN", "fold_batchnorm", "model_hash", "optimize_for_inference",
+    "P4CNN", "C8CNN", "symmetrize", "ReferenceCNN", "SmallCNN", "fold_batchnorm", "model_hash", "optimize_for_inference",
     "load_model", "load_user_model", "save_model", "TrainRecipe", "cached_reference_model", "train_classifier",
     # ML4ML
     "ModelDatabase", "VarianceMatrices", "variance_matrices", "variance_matrix", "matrix_figure", "matrix_panel",
