@@ -297,3 +297,30 @@ def test_key_object_ground_truth_with_the_consensus_stores_both_ignore_states(tm
     assert {"det_ignored", "consensus_det_ignored"} <= set(res.data.data_vars)
     metrics = dataset_metrics(res)
     assert np.isfinite(metrics["ap50"].values).all() and np.isfinite(metrics["consensus_ap50"].values).all()
+
+
+@pytest.mark.parametrize("ground_truth", ["all", "key"])
+def test_resampled_dataset_metrics_equal_compute_on_the_repeated_samples(ground_truth):
+    """``Detection.compute_resampled`` (weighted AP, weighted means, NERO's AP per resample) gives
+    what the plain path gives: ``compute`` on the samples each repeated as often as drawn
+    (:meth:`orbitscope.tasks.Task.compute_resampled`, the base class's loop)."""
+    from orbitscope.analysis.dataset_level import bootstrap_counts
+    from orbitscope.tasks.base import Task
+
+    rng = np.random.default_rng(21)
+    gts, dets = _scene(rng, 30)
+    gts = [(b, lab) if len(b) else (np.array([[10.0, 10.0, 40.0, 40.0]]), np.array([1])) for b, lab in gts]
+    task = Detection(ground_truth=ground_truth, score_threshold=0.3)
+    targets = collate_boxes([{"boxes": b, "labels": lab} for b, lab in gts])
+    outputs = read_detections([{"boxes": torch.as_tensor(b, dtype=torch.float32), "scores": torch.as_tensor(s),
+                                "labels": torch.as_tensor(lab)} for b, lab, s in dets])
+    scored = {k: v.numpy() for k, v in task.score(outputs, targets, None).items()}
+    half = {k: v.numpy() for k, v in task.score(outputs[:, :2], targets, None).items()}  # another element
+    states = {k: np.stack([scored[k], half[k]], 1) for k in scored}
+    states["target_labels"] = targets.labels.numpy()
+    counts = bootstrap_counts(30, 12, 3)
+    for metric in ("ap50", "map", "nero_conf_iou", "nero_ap"):
+        got = task.compute_resampled(states, 1, counts, metric)
+        want = Task.compute_resampled(task, states, 1, counts, metric)
+        assert got.shape == (12, 2)
+        np.testing.assert_allclose(got, want, atol=1e-9, err_msg=metric)

@@ -92,6 +92,7 @@ from ..kinds.boxes import Boxes, box_iou, fuse_boxes, pad_boxes_dim, read_detect
 from .base import Task, register_task
 from .detection_metrics import (IOU_THRESHOLDS, average_precision, match_detections, nero_average_precision,
                                 nero_box_iou, nero_counts, nero_rates)
+from .detection_resampling import average_precision_resampled, weighted_nanmean
 from .variables import Variable
 
 __all__ = ["Detection"]
@@ -401,6 +402,45 @@ class Detection(Task):
                 out["nero_conf_iou"] = (np.nanmean(conf, 0) * np.nanmean(iou, 0)).reshape(orbit)
         return out
 
+    def compute_resampled(self, states: Mapping[str, np.ndarray], orbit_axes: int, counts: np.ndarray,
+                          metric: str) -> np.ndarray:
+        """One dataset-level ``metric`` on every bootstrap resample (``counts`` (B, samples) draws),
+        (B, *orbit shape), equal to :meth:`compute` on the repeated samples: AP and mAP weighted
+        by the counts (:func:`~orbitscope.tasks.detection_resampling.average_precision_resampled`),
+        ``nero_conf_iou`` from weighted means, ``nero_ap`` from the resample's samples in sample
+        order. Only the states ``metric`` needs are read."""
+        counts = np.asarray(counts)
+        prefix = "consensus_" if metric.startswith("consensus_") else ""
+        base = metric[len(prefix):]
+        per_element = next((np.asarray(states[name]) for name in (f"{prefix}nero_recall", "confidence", "det_scores")
+                            if name in states), None)
+        if per_element is None:
+            return super().compute_resampled(states, orbit_axes, counts, metric)
+        s, orbit = per_element.shape[0], per_element.shape[1:1 + orbit_axes]
+        e = int(np.prod(orbit))
+        labels_name = "consensus_labels" if prefix else "target_labels"
+        ap_states = ("det_scores", "det_labels", f"{prefix}det_matched", f"{prefix}gt_visible", labels_name)
+        if base in ("ap50", "map") and all(name in states for name in ap_states):
+            scores, labels, matched, visible, gt_labels, ignored = _ap_inputs(
+                *(np.asarray(states[name]) for name in ap_states), s, e, states.get(f"{prefix}det_ignored"))
+            which = slice(0, 1) if base == "ap50" else slice(None)
+            per = [average_precision_resampled(scores[:, i], labels[:, i], matched[:, i], gt_labels, visible[:, i],
+                                               counts, None if ignored is None else ignored[:, i], which)
+                   for i in range(e)]
+            return np.stack(per, 1).reshape(len(counts), *orbit)
+        if metric == "nero_conf_iou" and "confidence" in states and "iou" in states:
+            conf = weighted_nanmean(np.asarray(states["confidence"]).reshape(s, e), counts)
+            iou = weighted_nanmean(np.asarray(states["iou"]).reshape(s, e), counts)
+            return (conf * iou).reshape(len(counts), *orbit)
+        if base == "nero_ap" and f"{prefix}nero_recall" in states and f"{prefix}nero_precision" in states:
+            recall, precision = np.asarray(states[f"{prefix}nero_recall"]), np.asarray(states[f"{prefix}nero_precision"])
+            out = []
+            for row in counts:
+                idx = np.repeat(np.arange(s), row)  # the resample's samples, in sample order
+                out.append(_nero_ap_per_element(recall[idx], precision[idx], orbit_axes))
+            return np.stack(out)
+        return super().compute_resampled(states, orbit_axes, counts, metric)
+
 
 def _nero_ap_per_element(recall: np.ndarray, precision: np.ndarray, orbit_axes: int) -> np.ndarray:
     """NERO's "AP" per orbit element from (samples, *orbit) recalls and precisions (see
@@ -416,22 +456,32 @@ def _nero_ap_per_element(recall: np.ndarray, precision: np.ndarray, orbit_axes: 
     return out.reshape(orbit)
 
 
+def _ap_inputs(scores: np.ndarray, labels: np.ndarray, matched_bits: np.ndarray, visible: np.ndarray,
+               gt_labels: np.ndarray, s: int, e: int, ignored_bits: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The stored AP states as arrays per element: scores and labels (s, e, K), the true-positive
+    and ignored flags (s, e, K, T) unpacked from their bits, which ground truth is in view (s, e, N)
+    and its classes (s, N), N cut to the narrower of the two."""
+    def unpack(b: np.ndarray) -> np.ndarray:
+        return (np.asarray(b).reshape(s, e, -1).astype(np.int64)[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
+
+    gt_labels = gt_labels.reshape(s, -1)
+    visible = visible.reshape(s, e, -1)
+    n = min(gt_labels.shape[1], visible.shape[2])
+    return (scores.reshape(s, e, -1), labels.reshape(s, e, -1).astype(np.int64), unpack(matched_bits),
+            visible[:, :, :n], gt_labels[:, :n], None if ignored_bits is None else unpack(ignored_bits))
+
+
 def _ap_per_element(scores: np.ndarray, labels: np.ndarray, matched_bits: np.ndarray, visible: np.ndarray,
                     gt_labels: np.ndarray, s: int, e: int, ignored_bits: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """AP@0.5 and mAP@[.5:.95] per element: ``scores``/``labels`` (s, e, K), the true-positive bits
     (s, e, K), which ground truth is in view (s, e, N), its classes (s, N), and the ignored bits
     (s, e, K) of a key-object run."""
-    def unpack(b: np.ndarray) -> np.ndarray:
-        return (b.reshape(s, e, -1).astype(np.int64)[..., None] >> np.arange(len(IOU_THRESHOLDS))) & 1
-
-    matched = unpack(matched_bits)
-    ignored = None if ignored_bits is None else unpack(ignored_bits)
-    gt_labels = gt_labels.reshape(s, -1)
-    visible = visible.reshape(s, e, -1)
-    n = min(gt_labels.shape[1], visible.shape[2])
+    scores, labels, matched, visible, gt_labels, ignored = _ap_inputs(scores, labels, matched_bits, visible, gt_labels,
+                                                                      s, e, ignored_bits)
     ap50, m_ap = np.full(e, np.nan), np.full(e, np.nan)
     for i in range(e):
-        ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels[:, :n],
-                                             visible[:, i, :n], None if ignored is None else ignored[:, i])
+        ap50[i], m_ap[i] = average_precision(scores[:, i], labels[:, i], matched[:, i], gt_labels, visible[:, i],
+                                             None if ignored is None else ignored[:, i])
     return ap50, m_ap
