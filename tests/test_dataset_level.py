@@ -201,3 +201,21 @@ def test_resampled_detection_ap_equals_ap_of_the_repeated_samples(with_ignored: 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: NaN
             np.testing.assert_allclose(got[b], np.nanmean(rep, axis=0))
+
+
+def test_a_stored_runs_interval_is_computed_once(mnist_runs, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orbitscope.results.store import Store
+
+    home, (a, _) = mnist_runs
+    store = Store(home, create=False)
+    first = dataset_interval(store.load(a.attrs["run_id"]), "class_accuracy", level=0.9, seed=3)
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(osc.Classification, "compute_resampled", fail)
+    again = dataset_interval(store.load(a.attrs["run_id"]), "class_accuracy", level=0.9, seed=3)
+    for name in ("mean", "lower", "upper"):
+        np.testing.assert_array_equal(first[name].values, again[name].values)
+    with pytest.raises(AssertionError, match="recomputed"):  # another seed is another value
+        dataset_interval(store.load(a.attrs["run_id"]), "class_accuracy", level=0.9, seed=4)

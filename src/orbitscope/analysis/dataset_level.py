@@ -11,7 +11,9 @@ drawn from a fixed seed, so a plot is reproducible), the metric recomputed on ea
 & Tibshirani 1993, ch. 13). A replicate in which the metric is undefined (e.g. no ground truth in
 view) is left out of that element's quantiles.
 
-The replicates are computed by the task's
+A stored run keeps each computed interval in its store's aggregate cache (keyed by metric, subset,
+level, resamples and seed), so a plot or report drawn again reads it back. The replicates are
+computed by the task's
 :meth:`~orbitscope.tasks.Task.compute_resampled`: by default one ``compute`` per resample; a task
 may vectorise it (classification does).
 """
@@ -105,20 +107,28 @@ def dataset_interval(result: OrbitResult, metric: str, *, subset: Any = None, le
         raise ValueError(f"level must be in (0, 1), got {level}")
     if n_boot < 0:
         raise ValueError(f"n_boot must be 0 (no interval) or more, got {n_boot}")
-    task, dims, states = dataset_states(result, subset)
-    n = len(next(iter(states.values())))
+    task = result.task()
+    dims = result.orbit_dims
+    n = int(np.arange(result.n_samples)[np.asarray(subset)].size) if subset is not None else result.n_samples
     if n == 0:
         raise ValueError("the subset selects no samples")
-    point = np.asarray(task.compute(states, len(dims))[metric], dtype=np.float64)
-    lower = upper = np.full(point.shape, np.nan)
-    method = "no interval (n_boot=0)"
-    if n_boot:
+
+    def compute() -> np.ndarray:
+        _, _, states = dataset_states(result, subset)
+        point = np.asarray(task.compute(states, len(dims))[metric], dtype=np.float64)
+        if not n_boot:
+            return np.stack([point, np.full(point.shape, np.nan), np.full(point.shape, np.nan)])
         reps = np.asarray(task.compute_resampled(states, len(dims), bootstrap_counts(n, n_boot, seed), metric),
                           dtype=np.float64)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # an element undefined in every resample: NaN
-            lower, upper = np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2], axis=0)
-        method = f"percentile bootstrap over samples, {level:.0%}, {n_boot} resamples"
+            return np.stack([point, *np.nanquantile(reps, [(1 - level) / 2, (1 + level) / 2], axis=0)])
+
+    reads = [v for v in (task.compute_reads or list(result.data.data_vars)) if v in result.data]
+    point, lower, upper = result.cached_array(f"dataset-interval:{metric}:{level!r}:{n_boot}:{seed}", reads, compute,
+                                              subset=subset)
+    method = (f"percentile bootstrap over samples, {level:.0%}, {n_boot} resamples" if n_boot
+              else "no interval (n_boot=0)")
     coords = {d: result.data.coords[d].values for d in dims}
     meta: Variable | None = task.variable(metric)
     attrs = meta.attrs() if meta is not None else {}

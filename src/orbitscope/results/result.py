@@ -263,6 +263,16 @@ class OrbitResult:
             return compute().values
         return self._cached(f"per-sample:{key}", compute, CachedArray, variables).values
 
+    def cached_array(self, what: str, variables: Sequence[str], compute: Callable[[], np.ndarray], *,
+                     subset: Any = None) -> np.ndarray:
+        """``compute()`` (an array derived from ``variables`` over all samples or a ``subset``),
+        kept in the store's aggregate cache under ``what`` and the subset, so a stored run
+        computes it once; computed afresh for an in-memory result or changed variables. ``what``
+        must name everything else the value depends on (e.g. a level and a seed)."""
+        mask = subset_mask(self.n_samples, subset)
+        return self._cached(f"array:{what}:{_subset_key(mask)}", lambda: CachedArray(np.asarray(compute())),
+                            CachedArray, variables).values
+
     # provenance ---------------------------------------------------------------------------
     @property
     def attrs(self) -> dict[str, Any]:
