@@ -36,6 +36,37 @@ def weighted_nanmean(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.where(n > 0, total / np.maximum(n, 1e-300), np.nan)
 
 
+def _ap_at_threshold(wd: np.ndarray, counted: np.ndarray, tp: np.ndarray, ignored: np.ndarray | None,
+                     n_gt: np.ndarray) -> np.ndarray:
+    """(B,) AP of one class at one IoU threshold from the detections in score order: weights
+    ``wd`` (B, D), their running count ``counted`` (B, D), true positives ``tp`` (D,), ignored
+    ones (D,) or None; ``n_gt`` (B, 1) ground-truth boxes (NaN: none in that resample).
+
+    Only the true positives matter: COCO's 101-point AP takes the precision envelope at the first
+    position reaching each recall level, recall only grows at a true positive, and the envelope
+    there (the largest precision at or after it) is attained at a true positive, since a false or
+    ignored detection never raises precision. Position p gains the levels j with
+    n_{p-1} <= j < n_p, n_p = how many levels are <= its recall (the float comparisons of
+    ``searchsorted(recall, level, "left")``); unreached levels add 0."""
+    hits = np.flatnonzero(tp)
+    if hits.size == 0:
+        return np.zeros(wd.shape[0])
+    ctp = np.cumsum(wd[:, hits], axis=1)  # (B, H) true positives up to each hit
+    seen = counted[:, hits]
+    if ignored is not None and ignored.any():
+        skipped = np.flatnonzero(ignored)
+        before = np.searchsorted(skipped, hits, side="right")  # ignored detections up to each hit
+        cum = np.concatenate([np.zeros((wd.shape[0], 1)), np.cumsum(wd[:, skipped], axis=1)], axis=1)
+        seen = seen - cum[:, before]
+    precision = ctp / np.maximum(seen, np.finfo(np.float64).eps)
+    envelope = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
+    with np.errstate(invalid="ignore"):
+        recall = ctp / n_gt
+    reached = np.searchsorted(RECALL_LEVELS, np.where(np.isfinite(recall), recall, 0.0).ravel(), side="right")
+    gained = np.diff(reached.reshape(recall.shape), axis=1, prepend=0)
+    return (envelope * gained).sum(1) / RECALL_LEVELS.size
+
+
 def average_precision_resampled(scores: np.ndarray, labels: np.ndarray, matched: np.ndarray, gt_labels: np.ndarray,
                                 gt_visible: np.ndarray, counts: np.ndarray, ignored: np.ndarray | None = None,
                                 thresholds: slice = slice(None)) -> np.ndarray:
@@ -73,26 +104,14 @@ def average_precision_resampled(scores: np.ndarray, labels: np.ndarray, matched:
             per_class[ci] = np.where(present, 0.0, np.nan)
             continue
         order = keep[np.argsort(-flat_s[keep], kind="mergesort")]
-        tp = flat_m[order]  # (D, T')
-        fp = 1 - tp if flat_i is None else (1 - tp) * (1 - flat_i[order])
-        wd = w[:, owner[order]]  # (B, D)
-        ctp = np.cumsum(wd[:, :, None] * tp[None], axis=1)  # (B, D, T')
-        cfp = np.cumsum(wd[:, :, None] * fp[None], axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            recall = ctp / np.where(present, n_gt, np.nan)[:, None, None]
-        precision = ctp / np.maximum(ctp + cfp, np.finfo(np.float64).eps)
-        envelope = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
-        d, nt = tp.shape
-        # COCO's 101-point interpolation, q_j = envelope at the first position whose recall is
-        # >= level j, summed position by position: position p is that first position for the
-        # levels j with n_{p-1} <= j < n_p, n_p = how many levels are <= its recall (the same
-        # float comparisons as searchsorted(recall, level, "left")); unreached levels add 0
-        rows = np.moveaxis(recall, 2, 1).reshape(b * nt, d)  # (B·T', D), each row non-decreasing
-        reached = np.searchsorted(levels, np.where(np.isfinite(rows), rows, 0.0).ravel(), side="right")
-        gained = np.diff(reached.reshape(b * nt, d), axis=1, prepend=0)
-        env = np.moveaxis(envelope, 2, 1).reshape(b * nt, d)
-        ap = ((env * gained).sum(1) / levels.size).reshape(b, nt).mean(1)
-        per_class[ci] = np.where(present, ap, np.nan)
+        wd = w[:, owner[order]]  # (B, D): each detection's weight in each resample
+        counted = np.cumsum(wd, axis=1)  # detections so far, ignored ones included
+        gt = np.where(present, n_gt, np.nan)[:, None]
+        ap = np.zeros(b)
+        for j in range(flat_m.shape[1]):
+            ap += _ap_at_threshold(wd, counted, flat_m[order, j] > 0,
+                                   None if flat_i is None else flat_i[order, j] > 0, gt)
+        per_class[ci] = np.where(present, ap / flat_m.shape[1], np.nan)
     if classes.size == 0:
         return np.full(b, np.nan)
     with np.errstate(invalid="ignore"):
