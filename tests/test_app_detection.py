@@ -171,18 +171,40 @@ def test_detection_runs_get_their_view_metrics_classes_and_live_controls(store):
     assert c.subset_options == [{"label": "all samples", "value": "all"}, {"label": "class 1", "value": 1},
                                 {"label": "class 2", "value": 2}]  # the first object's class
     assert [(d.dim, d.low, d.high, d.discrete) for d in c.live] == [("tx", -8.0, 8.0, False), ("ty", -8.0, 8.0, False)]
-    metrics = ["confidence", "iou", "conf_iou", "precision", "recall", "f1"]
-    consensus = ["consensus_iou", "consensus_conf_iou", "consensus_precision", "consensus_recall", "consensus_f1"]
+    metrics = ["confidence", "iou", "conf_iou", "precision", "recall", "f1", "nero_precision", "nero_recall", "nero_f1"]
+    consensus = ["consensus_iou", "consensus_conf_iou", "consensus_precision", "consensus_recall", "consensus_f1",
+                 "consensus_nero_precision", "consensus_nero_recall", "consensus_nero_f1"]
+    dataset = ["ap50", "map", "nero_conf_iou", "nero_ap"]  # dataset level, after the per-sample metrics
+    consensus_dataset = ["consensus_ap50", "consensus_map", "consensus_nero_ap"]
     options, value, msg = cb.metric_controls(data, group.key, [ids["bright-box"]], False, None)
-    assert [o["value"] for o in options] == metrics + consensus and value == "conf_iou" and msg is None
+    assert [o["value"] for o in options] == metrics + consensus + dataset + consensus_dataset
+    assert value == "conf_iou" and msg is None
+    assert all(o["label"].endswith("(dataset level)") for o in options[len(metrics + consensus):])
     options, value, _ = cb.metric_controls(data, group.key, c.models, False, "iou")  # no consensus in the 2nd run
-    assert [o["value"] for o in options] == metrics and value == "iou"
+    assert [o["value"] for o in options] == metrics + dataset and value == "iou"
     options, value, msg = cb.metric_controls(data, group.key, [ids["bright-box"]], True, None)
-    assert [o["value"] for o in options] == ["confidence", *consensus] and value == "consensus_conf_iou"
+    assert [o["value"] for o in options] == ["confidence", *consensus, *consensus_dataset]
+    assert value == "consensus_conf_iou"
     _, _, msg = cb.metric_controls(data, group.key, c.models, True, None)
     assert "consensus=True" in msg
     _, up = _start(data, c.models, "conf_iou", label_free=["on"])
     assert "needs the detection consensus" in up.message
+
+
+def test_a_dataset_level_metric_is_an_aggregate_heatmap_with_the_task_s_values(store):
+    """ap50 (COCO AP@0.5 over all samples per shift) drawn like conf × IoU: rows = ty, values as
+    dataset_metrics computes them, the bootstrap interval in the hover; the individual plot shows
+    the view's per-sample metric and says why."""
+    data, ids = store
+    runs = [ids["bright-box"], ids["centre-biased"]]
+    controls, up = _start(data, runs, "ap50")
+    fig = cb.aggregate_figure(data, up.selection)
+    heat = [t for t in fig["data"] if t["type"] == "heatmap"]
+    want = osc.dataset_metrics(data.store.load(ids["centre-biased"]))["ap50"].transpose("tx", "ty").values
+    np.testing.assert_allclose(_array(heat[1]["z"]), want.T, rtol=1e-6)
+    assert "bootstrap" in str(fig["layout"])  # the band method, in the caption
+    title = cb.individual_figure(data, up.selection)["layout"]["title"]["text"]
+    assert "dataset-level" in title and "confidence × IoU" in title
 
 
 def test_heatmaps_put_ty_downwards_and_a_click_selects_the_shift(store):
