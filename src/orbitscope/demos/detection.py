@@ -48,10 +48,9 @@ from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
 from .lee import LEE_SAMPLES, LeeModel, lee_section
 from .common import CaseResult, contrast_rows, train_missing, with_invariance
-from .detection_summary import counting_rows, dataset_heatmaps, headline_rows
+from .detection_summary import counting_rows, headline_rows
 
-__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows", "counting_rows",
-           "dataset_heatmaps"]
+__all__ = ["DETECTORS", "DetectionDemo", "run_detection_demo", "train_detectors", "headline_rows", "counting_rows"]
 
 #: the two detectors of NERO's contrast (display name -> recipe)
 DETECTORS: dict[str, DetectorRecipe] = {
@@ -194,7 +193,7 @@ def _write_scene_outputs(runs: list[Run], names: list[str], folder: Path, summar
         "detection sample 0": save_figure(individual_plot(results, int(results[0].data.sample.values[0]), "conf_iou",
                                                           labels=names), folder / "nero_conf_iou_sample0.png"),
     }
-    files["detection AP heatmaps"] = save_figure(dataset_heatmaps(results, names, "ap50"), folder / "nero_ap50_heatmap.png")
+    files["detection AP heatmaps"] = save_figure(nero_plot(results, "ap50", labels=names), folder / "nero_ap50_heatmap.png")
     files["detection summary"] = write_csv(summary, folder / "summary.csv")
     files["detection contrast"] = write_csv(contrast, folder / "contrast.csv")
     files["detection report"] = write_report(results, folder / "report.html", labels=names,

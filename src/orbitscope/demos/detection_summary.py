@@ -11,7 +11,7 @@ import numpy as np
 from ..engine.evaluation import Run
 from ..results.result import dataset_metrics
 
-__all__ = ["headline_rows", "counting_rows", "dataset_heatmaps"]
+__all__ = ["headline_rows", "counting_rows"]
 
 
 def _nan_stats(a: np.ndarray) -> tuple[float, float]:
@@ -78,18 +78,3 @@ def counting_rows(runs: list[Run], names: list[str], consensus: bool = False) ->
                 row["AP mean"], row["AP centre"] = round(_nan_stats(values)[0], 4), round(float(values[identity]), 4)
             rows.append(row)
     return rows
-
-
-def dataset_heatmaps(results: list[Any], names: list[str], metric: str) -> Any:
-    """The NERO plot (heatmap over shifts, or the orbit's own layout) of a dataset-level metric of
-    :func:`~orbitscope.results.dataset_metrics` (e.g. ``"ap50"``), one panel per result."""
-    from ..analysis.nero import MODEL_COLOURS, NeroData, NeroSeries, layout_kind
-    from ..viz.plot import render
-
-    metrics = [dataset_metrics(r) for r in results]
-    dims = results[0].orbit_dims
-    label = str(metrics[0][metric].attrs.get("label", metric))
-    series = [NeroSeries(n, MODEL_COLOURS[i], np.asarray(m[metric].values)) for i, (m, n) in enumerate(zip(metrics, names))]
-    return render(NeroData(kind=layout_kind(dims), scope="aggregate", metric=metric, metric_label=label, dims=dims,
-                           coords={d: np.asarray(results[0].data.coords[d].values) for d in dims}, series=series,
-                           value_range=(0.0, 1.0), title=f"dataset-level {label} per shift"))

@@ -49,7 +49,7 @@ from ..results.tables import write_csv
 from ..tasks.detection import Detection
 from ..viz.plot import individual_plot, nero_plot, save_figure
 from ..viz.report import write_report
-from .detection_summary import dataset_heatmaps, headline_rows
+from .detection_summary import headline_rows
 
 __all__ = ["FACES_ORBIT", "FACES_VIEW", "face_models", "run_faces_part"]
 
@@ -119,7 +119,7 @@ def run_faces_part(store: Store, out: Path, say: Callable[[str], None],
     files["faces confidence heatmaps"] = save_figure(nero_plot(results, "confidence", labels=names),
                                                      folder / "nero_confidence_heatmap.png")
     files["faces IoU heatmaps"] = save_figure(nero_plot(results, "iou", labels=names), folder / "nero_iou_heatmap.png")
-    files["faces AP heatmaps"] = save_figure(dataset_heatmaps(results, names, "ap50"), folder / "nero_ap50_heatmap.png")
+    files["faces AP heatmaps"] = save_figure(nero_plot(results, "ap50", labels=names), folder / "nero_ap50_heatmap.png")
     files["faces sample 0"] = save_figure(individual_plot(results, int(results[0].data.sample.values[0]), "conf_iou",
                                                           labels=names), folder / "nero_conf_iou_sample0.png")
     files["faces scenes summary"] = write_csv(rows, folder / "summary.csv")

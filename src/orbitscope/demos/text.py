@@ -52,7 +52,7 @@ from ..tasks.classification import Classification
 from ..tasks.detection import Detection
 from ..viz.plot import individual_plot, nero_plot, render, save_figure
 from ..viz.report import write_report
-from .detection_summary import dataset_heatmaps, headline_rows
+from .detection_summary import headline_rows
 
 __all__ = ["run_text_part", "TEXT_PHOTOS", "DETECTOR_SETTINGS", "SCENE_ORBIT", "SCENE_VIEW", "SCENE_SHIFT",
            "SCENE_BACKGROUNDS", "FINE_SCENES", "PHOTO_ORBIT", "PHOTO_VIEW", "LINES_ORBIT", "N_LINES", "orientation_rows",
@@ -207,7 +207,7 @@ def run_text_part(store: Store, out: Path, say: Callable[[str], None],
     folder = out / "scenes"
     files["text scenes conf×IoU heatmap"] = save_figure(nero_plot(res, "conf_iou", labels=[name]),
                                                         folder / "nero_conf_iou_heatmap.png")
-    files["text scenes AP heatmap"] = save_figure(dataset_heatmaps(res, [name], "ap50"), folder / "nero_ap50_heatmap.png")
+    files["text scenes AP heatmap"] = save_figure(nero_plot(res, "ap50", labels=[name]), folder / "nero_ap50_heatmap.png")
     files["text scenes consensus heatmap"] = save_figure(nero_plot(res, "consensus_iou", labels=[name]),
                                                          folder / "nero_consensus_iou_heatmap.png")
     files["text scenes sample 0"] = save_figure(individual_plot(res, int(run.result.data.sample.values[0]), "conf_iou",
