@@ -58,6 +58,16 @@ def _wait_graph(pg: Any, graph: str, role: str) -> None:
                          arg=[graph, role])
 
 
+def _wait_marker(pg: Any, graph: str, element: int) -> None:
+    """Wait until every marker of the plot inside ``graph`` frames ``element`` (the plot redraws
+    after the detail panel's title changes)."""
+    pg.wait_for_function("([g, e]) => { const d = document.querySelector(g + ' .js-plotly-plot');"
+                         " if (!d || !d.data) return false;"
+                         " const m = d.data.filter(t => t.meta && t.meta.role === 'marker');"
+                         " return m.length > 0 && m.every(t => t.meta.element === e); }",
+                         arg=[graph, element])
+
+
 def _closed_form(uv: np.ndarray, element: int) -> np.ndarray:
     u, v = uv
     by_d = {0: (u, v), 1: (-v, -u), 2: (v, -u), 3: (-u, v), 4: (-u, -v), 5: (v, u), 6: (-v, u), 7: (u, -v)}
@@ -91,6 +101,7 @@ def test_flow_view_in_chromium(served: Any, page: Any, tmp_path: Path) -> None:
     r, c = np.argwhere(np.array(NERO_MOSAIC) == element)[0]
     page.mouse.click(*plot_point(page, "#aggregate", c + 0.5, r + 0.6))
     wait_text(page, "#detail-title", rf"^sample {sample} · time reversed, rot90$")
+    _wait_marker(page, "#aggregate", element)
     marks = [m for m in trace_metas(page, "#aggregate") if m.get("role") == "marker"]
     assert marks and all(m["element"] == element for m in marks)
     wait_text(page, "#live-title", r"· time reversed, rot90$")  # the live controls jump to the element
