@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime as _dt
-import inspect
 import math
 import os
 import platform
@@ -59,11 +58,14 @@ import orbitscope as osc
 from orbitscope.data import key_object_contexts
 from orbitscope.data.coco import DetectionSet
 from orbitscope.data.scenes import digit_scenes
-from orbitscope.engine.evaluation import forward_batch_for
 from orbitscope.models.centre_detector import CentreDetector
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
+                      format_table, header, interleaved, results_path, sync)
 
 VIEW, MAX_SHIFT = 128, 64
 ORBIT = "window-shift:-64:60:4"
+SMOKE_ORBIT = "window-shift:-64:32:32"  # --smoke: 4 x 4 windows
+FORWARD_SIZES = (16, 32, 64, 128, 256)  # batch sizes the forward alone is timed at; the best is kept
 
 _lines: list[str] = []
 
@@ -93,65 +95,46 @@ def make_model(seed: int) -> CentreDetector:
     return model.eval()
 
 
-def evaluate_batches(n_samples: int, n_elements: int, input_numel: int) -> tuple[int, list[list[tuple[int, int]]]]:
-    """evaluate's model calls with its default settings: (forward_batch after the memory cap, the
-    (element, sample) rows of each call, in order). Mirrors engine.chunk.evaluate_chunk and
-    ModelCall: chunks of ``batch_size`` samples, ``forward_batch // b`` elements per warp call
-    (rows element-major), each warp call's rows sliced by ``forward_batch``."""
-    params = inspect.signature(osc.evaluate).parameters
-    fb = forward_batch_for(params["forward_batch"].default, params["memory_budget_mb"].default, input_numel)
-    chunk = params["batch_size"].default
-    calls = []
-    for s0 in range(0, n_samples, chunk):
-        samples = range(s0, min(n_samples, s0 + chunk))
-        per_call = max(1, fb // len(samples))
-        for k0 in range(0, n_elements, per_call):
-            rows = [(k, i) for k in range(k0, min(n_elements, k0 + per_call)) for i in samples]
-            calls.extend(rows[r:r + fb] for r in range(0, len(rows), fb))
-    return fb, calls
-
-
-# -- the three paths ---------------------------------------------------------------------------
-def ours(model, data, orbit, store: bool, optimize: bool = False):
-    """(a): windows/s of evaluate end to end (in memory, or into a fresh store directory; with
-    ``optimize``: BatchNorm folded into the convolutions and channels_last)."""
+# -- the paths ---------------------------------------------------------------------------------
+def ours(model, data, orbit, store: bool, device: torch.device, **options):
+    """(a): windows, seconds of evaluate end to end (in memory, or into a fresh store directory),
+    the top-box confidence and IoU, and the run's attributes; ``options`` on top of the defaults
+    (none: really the defaults, ``optimize="auto"`` included)."""
     with tempfile.TemporaryDirectory() as home:
+        sync(device)
         t0 = time.perf_counter()
         run = osc.evaluate(model, data, orbit, osc.Detection(), view_size=(VIEW, VIEW), store=home if store else None,
-                           optimize=optimize)
+                           device=device, **options)
+        sync(device)
         elapsed = time.perf_counter() - t0
         res = run.result  # read the values while the store exists (untimed; a stored result is lazy)
         values = {name: np.asarray(res[name].values, np.float64) for name in ("confidence", "iou")}
         assert tuple(res["confidence"].dims[1:3]) == ("tx", "ty"), res["confidence"].dims
-    return res.n_samples * len(orbit.transforms()) / elapsed, values
+        attrs = dict(res.attrs)
+    return res.n_samples * len(orbit.transforms()), elapsed, values, attrs
 
 
-def precrop(data: DetectionSet, shifts: np.ndarray, calls) -> list[torch.Tensor]:
-    """(b)'s inputs, untimed: evaluate's model-call batches, cropped exactly as the window kind does."""
+def precrop(data: DetectionSet, shifts: np.ndarray) -> torch.Tensor:
+    """(b)'s inputs, untimed: every window of every context (element-major, as the engine lays its
+    rows out), cropped exactly as the window kind does."""
     images = [torch.from_numpy(data.image(i).astype(np.float32) / 255.0) for i in range(len(data))]
-    batches = []
-    for rows in calls:
-        crops = []
-        for k, i in rows:
-            tx, ty = shifts[k]
-            x0, y0 = MAX_SHIFT - tx, MAX_SHIFT - ty
-            crops.append(images[i][:, y0:y0 + VIEW, x0:x0 + VIEW])
-        batches.append(torch.stack(crops))
-    return batches
+    crops = []
+    for tx, ty in shifts.tolist():
+        x0, y0 = MAX_SHIFT - tx, MAX_SHIFT - ty
+        crops.extend(img[:, y0:y0 + VIEW, x0:x0 + VIEW] for img in images)
+    return torch.stack(crops)
 
 
-def forward_floor(model, batches: list[torch.Tensor], channels_last: bool = False) -> float:
-    """(b): windows/s of ``model(batch)`` alone, outputs discarded (inputs and weights in
-    channels_last memory format, converted untimed, with ``channels_last``)."""
-    if channels_last:
-        model = copy.deepcopy(model).to(memory_format=torch.channels_last)
-        batches = [b.contiguous(memory_format=torch.channels_last) for b in batches]
-    n = sum(len(b) for b in batches)
+def forward_floor(model, windows: torch.Tensor, batch: int, device: torch.device) -> tuple[int, float]:
+    """(b): windows, seconds of ``model(batch)`` alone over ``windows`` (on the device), outputs
+    discarded."""
     with torch.inference_mode():
+        sync(device)
         t0 = time.perf_counter()
-        for b in batches:
-            model(b)
-        return n / (time.perf_counter() - t0)
+        for s in range(0, len(windows), batch):
+            model(windows[s:s + batch])
+        sync(device)
+        return len(windows), time.perf_counter() - t0
 
 
 def _iou(a: list[float], b: list[float]) -> float:
@@ -162,8 +145,9 @@ def _iou(a: list[float], b: list[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def naive(model, contexts_hwc: list[np.ndarray], gt_boxes: list[list[list[float]]], shifts: np.ndarray):
-    """(c): NERO-style loop, one batch-1 forward per window; returns windows/s, confidence, IoU."""
+def naive(model, contexts_hwc: list[np.ndarray], gt_boxes: list[list[list[float]]], shifts: np.ndarray,
+          device: torch.device = torch.device("cpu")):
+    """(c): NERO-style loop, one batch-1 forward per window; returns windows, seconds, confidence, IoU."""
     n, k = len(contexts_hwc), len(shifts)
     conf = np.zeros((n, k))
     iou = np.zeros((n, k))
@@ -174,7 +158,7 @@ def naive(model, contexts_hwc: list[np.ndarray], gt_boxes: list[list[list[float]
                 x0, y0 = MAX_SHIFT - tx, MAX_SHIFT - ty  # the content moves by +t: NERO's top-left = centre - 64 - t
                 window = img[y0:y0 + VIEW, x0:x0 + VIEW]
                 x = torch.from_numpy(np.ascontiguousarray(window.transpose(2, 0, 1))).float().div(255.0)[None]
-                det = model(x)[0]
+                det = model(x.to(device))[0]
                 scores = det["scores"].tolist()
                 gt = []
                 for b in gt_boxes[i]:
@@ -189,7 +173,7 @@ def naive(model, contexts_hwc: list[np.ndarray], gt_boxes: list[list[list[float]
                     iou[i, e] = max((_iou(box, g) for g in gt), default=math.nan)
                 else:
                     iou[i, e] = math.nan if not gt else 0.0
-    return n * k / (time.perf_counter() - t0), conf, iou
+    return n * k, time.perf_counter() - t0, conf, iou
 
 
 def _loadavg() -> str:
@@ -202,8 +186,8 @@ def _loadavg() -> str:
 # -- main --------------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(ap, rounds=5)
     ap.add_argument("--samples", type=int, default=1, help="key-object contexts (each 1,024 windows)")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds; best and spread are reported")
     ap.add_argument("--seed", type=int, default=0, help="model initialisation seed")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "detection_throughput.txt"),
                     help="also write the output here ('' = print only)")
@@ -212,19 +196,20 @@ def main() -> None:
     started = time.perf_counter()
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     load_before = _loadavg()
+    orbit_spec = SMOKE_ORBIT if args.smoke else ORBIT
+    rounds = 1 if args.smoke else args.rounds
 
-    data = make_contexts(args.samples)
-    model = make_model(args.seed)
-    orbit = osc.parse_orbit(ORBIT)
+    data = make_contexts(1 if args.smoke else args.samples)
+    model = make_model(args.seed).to(device)
+    orbit = osc.parse_orbit(orbit_spec)
     t = orbit.transforms()
     gx, gy = np.meshgrid(orbit.coords["tx"], orbit.coords["ty"], indexing="ij")  # Translation's element order
     shifts = np.stack([gx.ravel(), gy.ravel()], -1).astype(int)
     assert np.array_equal(shifts, np.asarray(t.shift)), "element order differs from Translation.transforms()"
     k = len(shifts)
     c, hc, wc = data.image(0).shape
-    fb, calls = evaluate_batches(len(data), k, c * VIEW * VIEW)  # the engine sizes calls by the view
-    sizes = sorted({len(r) for r in calls})
 
     src = Path(osc.__file__).resolve().parent.parent
     env = f"PYTHONPATH={os.environ['PYTHONPATH']} " if os.environ.get("PYTHONPATH") else ""
@@ -235,71 +220,80 @@ def main() -> None:
     say(f"# torch {torch.__version__}, {torch.get_num_threads()} threads; numpy {np.__version__}; "
         f"python {platform.python_version()}; {os.cpu_count()} CPUs")
     say(f"# {len(data)} key-object contexts {hc}x{wc} (digit scenes, test digits, seed 1) x {k} windows "
-        f"{VIEW}x{VIEW} ({ORBIT}) = {len(data) * k} windows per path per round; {args.rounds} interleaved rounds")
+        f"{VIEW}x{VIEW} ({orbit_spec}) = {len(data) * k} windows per path per round; {rounds} interleaved rounds"
+        + (" (--smoke: tiny sizes, nothing written)" if args.smoke else ""))
     say(f"# model: CentreDetector(10 classes, width 32), torch.manual_seed({args.seed}), untrained, eval mode, "
         f"size-head bias log 12")
-    default_fb = inspect.signature(osc.evaluate).parameters["forward_batch"].default
-    say(f"# evaluate's model calls (defaults): forward_batch {default_fb} "
-        f"capped to {fb} by memory_budget_mb for {c}x{VIEW}x{VIEW} model inputs (the views); {len(calls)} calls of "
-        f"{'/'.join(map(str, sizes))} windows; (b) uses the same batches")
 
-    batches = precrop(data, shifts, calls)
+    peak = conv_peak_gflops(device, smoke=args.smoke)
+    bf16_peak = conv_peak_gflops(device, torch.bfloat16, smoke=args.smoke) if args.bfloat16 else None
+    flops = flops_per_input(model, torch.rand(2, c, VIEW, VIEW, device=device))
+    for line in header(peak, flops, "window/s", device, bf16_peak):
+        say(f"# {line}")
+
+    windows = precrop(data, shifts).to(device)
+    sizes = (4, 16) if args.smoke else FORWARD_SIZES
+    best_b, by_size = best_batch(model, windows, sizes, device=device, rounds=1 if args.smoke else 2)
+    say(f"# the model's forward alone by batch size (windows/s, pre-cropped): "
+        + ", ".join(f"{b}: {r:,.0f}" for b, r in by_size.items()) + f"; best {best_b}")
     contexts_hwc = [np.ascontiguousarray(data.image(i).transpose(1, 2, 0)) for i in range(len(data))]
     gt_boxes = [data.target(i)["boxes"].astype(float).tolist() for i in range(len(data))]
 
     # warm-up (untimed): one context, a few shifts, every path
     warm = DetectionSet(data.items[:1], data.categories, data.data_id + ":warm-up")
-    osc.evaluate(model, warm, osc.parse_orbit("window-shift:-4:4:4"), osc.Detection(), view_size=(VIEW, VIEW))
-    forward_floor(model, batches[:2])
-    naive(model, contexts_hwc[:1], gt_boxes[:1], shifts[:8])
+    osc.evaluate(model, warm, osc.parse_orbit("window-shift:-4:4:4"), osc.Detection(), view_size=(VIEW, VIEW),
+                 device=device)
+    naive(model, contexts_hwc[:1], gt_boxes[:1], shifts[:8], device)
 
-    names = {"a": "a: ours, osc.evaluate, store=None (in memory)",
-             "a_store": "a: ours, osc.evaluate, store=<temporary dir>",
-             "a_opt": "a: ours, osc.evaluate(optimize=True), in memory",
-             "b": f"b: model(batch) alone, pre-cropped, batch {'/'.join(map(str, sizes))}",
-             "b_cl": "b: the same, channels_last",
-             "c": "c: naive NERO loop, numpy crop + batch-1 forward + Python IoU"}
-    rates: dict[str, list[float]] = {key: [] for key in names}
     first: dict[str, object] = {}
-    for r in range(args.rounds):
-        rate, res = ours(model, data, orbit, store=False)
-        rates["a"].append(rate)
-        first.setdefault("a", res)
-        rate, res = ours(model, data, orbit, store=True)
-        rates["a_store"].append(rate)
-        first.setdefault("a_store", res)
-        rate, _ = ours(model, data, orbit, store=False, optimize=True)
-        rates["a_opt"].append(rate)
-        rates["b"].append(forward_floor(model, batches))
-        rates["b_cl"].append(forward_floor(model, batches, channels_last=True))
-        rate, conf, iou = naive(model, contexts_hwc, gt_boxes, shifts)
-        rates["c"].append(rate)
-        first.setdefault("c", (conf, iou))
-        say(f"  round {r + 1}/{args.rounds}: " + "  ".join(f"{key}={v[-1]:.0f}" for key, v in rates.items())
-            + " windows/s")
+    attrs: dict[str, dict] = {}
 
-    best = {key: max(v) for key, v in rates.items()}
+    def ours_path(key: str, store: bool, **options):
+        def run():
+            n, seconds, values, run_attrs = ours(model, data, orbit, store, device, **options)
+            first.setdefault(key, values)
+            attrs.setdefault(key, run_attrs)
+            return n, seconds
+        return run
+
+    def naive_path():
+        n, seconds, conf, iou = naive(model, contexts_hwc, gt_boxes, shifts, device)
+        first.setdefault("naive", (conf, iou))
+        return n, seconds
+
+    names = {"defaults": "evaluate, defaults, store=None (in memory)",
+             "store": "evaluate, defaults, store=<temporary dir>",
+             "off": "evaluate, optimize=False (the model as given)"}
+    paths = {"defaults": ours_path("defaults", False), "store": ours_path("store", True),
+             "off": ours_path("off", False, optimize=False)}
+    if args.bfloat16:
+        names["bf16"] = "evaluate, precision='bfloat16'"
+        paths["bf16"] = ours_path("bf16", False, precision="bfloat16")
+    names["forward"] = f"forward alone, pre-cropped, best batch {best_b}"
+    paths["forward"] = lambda: forward_floor(model, windows, best_b, device)
+    names["naive"] = "naive: numpy crop + batch-1 forward + Python IoU"
+    paths["naive"] = naive_path
+    rates = interleaved(paths, rounds, progress=lambda r, got: say(
+        f"  round {r + 1}/{rounds}: " + "  ".join(f"{key}={v[-1]:.0f}" for key, v in got.items()) + " windows/s"))
+
     say()
-    say(f"{'path':64s} {'best w/s':>8s} {'median':>7s} {'spread min-max':>15s} {'ms/window':>9s}")
-    for key, name in names.items():
-        v = rates[key]
-        say(f"{name:64s} {best[key]:8.0f} {np.median(v):7.0f} {min(v):7.0f}-{max(v):<7.0f} {1000 / best[key]:9.2f}")
-    say()
-    for key, label in (("a", "in memory"), ("a_store", "with store"), ("a_opt", "optimize")):
-        say(f"ratio ours/forward ({label:10s}) = {best[key] / best['b']:.2f}   "
-            f"ratio ours/naive ({label:10s}) = {best[key] / best['c']:.2f}")
-    say(f"ratio ours(optimize)/forward(channels_last) = {best['a_opt'] / best['b_cl']:.2f}")
+    rows = [Row(names[key], rates[key], flops) for key in paths]
+    for line in format_table(rows, peak, "windows/s", reference=names["forward"], naive=names["naive"]).splitlines():
+        say(line)
+    fb = engine_forward_batch(attrs["defaults"])
+    say(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}; "
+        f"optimisation: {attrs['defaults'].get('optimization')}")
 
     # agreement (untimed): (a) and (c), per context and shift, from the first round
-    res = first["a"]
+    res = first["defaults"]
     a_conf = res["confidence"].reshape(len(data), k)
     a_iou = res["iou"].reshape(len(data), k)
-    c_conf, c_iou = first["c"]
+    c_conf, c_iou = first["naive"]
     nan_same = np.array_equal(np.isnan(a_iou), np.isnan(c_iou))
     d_conf = np.abs(a_conf - c_conf)
     d_iou = np.abs(np.nan_to_num(a_iou, nan=0.0) - np.nan_to_num(c_iou, nan=0.0))
     ok = bool(nan_same and d_conf.max() <= 1e-4 and d_iou.max() <= 1e-4)
-    store_conf = first["a_store"]["confidence"].reshape(len(data), k)
+    store_conf = first["store"]["confidence"].reshape(len(data), k)
     say()
     say(f"agreement (a) vs (c), {len(data)} contexts x {k} shifts, tolerance 1e-4: {'OK' if ok else 'MISMATCH'}; "
         f"max |d confidence| = {d_conf.max():.2e}, max |d IoU| = {d_iou.max():.2e}, "
@@ -315,10 +309,13 @@ def main() -> None:
     say(f"\n# total wall time {time.perf_counter() - started:.0f} s; load average (1 min) {load_before} before, "
         f"{_loadavg()} after (other processes share these cores)")
 
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("\n".join(_lines) + "\n")
-        print(f"wrote {args.out}")
+    out = results_path(args, None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(_lines) + "\n")
+        print(f"wrote {out}")
+    if not ok:
+        raise SystemExit("(a) and (c) disagree: see the agreement line")
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 __all__ = ["add_common_arguments", "conv_peak_gflops", "flops_per_input", "interleaved", "Row", "format_table",
-           "sync"]
+           "sync", "best_batch", "engine_forward_batch", "results_path", "header"]
 
 
 def add_common_arguments(ap: argparse.ArgumentParser, rounds: int = 3) -> None:
@@ -31,6 +32,31 @@ def add_common_arguments(ap: argparse.ArgumentParser, rounds: int = 3) -> None:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds (the test suite runs this)")
     ap.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds; best and spread are reported")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--bfloat16", action="store_true",
+                    help="also time evaluate(precision='bfloat16') and print the bfloat16 conv rate")
+
+
+def results_path(args: argparse.Namespace, default: str | Path | None) -> Path | None:
+    """Where the full run writes its table: ``args.out`` if the script has one (``''`` = print
+    only), else ``default``; never anything in ``--smoke`` mode (benchmarks/results/ holds full
+    runs only)."""
+    if getattr(args, "smoke", False):
+        return None
+    out = getattr(args, "out", default)
+    return Path(out) if out else None
+
+
+def header(peak_gflops: float, flops: float, unit: str, device: torch.device | str,
+           bf16_peak_gflops: float | None = None) -> list[str]:
+    """The lines above a table: the device, the measured rate(s) and the model's FLOPs per input."""
+    device = torch.device(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
+    lines = [f"device {device} ({name}); model FLOPs per {unit.split('/')[0]} (torch.utils.flop_counter, "
+             f"multiply-add = 2): {flops / 1e6:,.3f} MFLOP"]
+    if bf16_peak_gflops is not None:
+        lines.append(f"measured bfloat16 rate (3×3 conv): {bf16_peak_gflops:.1f} GFLOP/s (the bfloat16 row's "
+                     "'of peak' is still against float32)")
+    return lines
 
 
 def sync(device: torch.device | str) -> None:
@@ -71,16 +97,63 @@ def flops_per_input(model: torch.nn.Module, example: Any) -> float:
     return counter.get_total_flops() / max(len(first), 1)
 
 
-def interleaved(paths: dict[str, Callable[[], int]], rounds: int) -> dict[str, list[float]]:
+def interleaved(paths: dict[str, Callable[[], Any]], rounds: int, *,
+                progress: Callable[[int, dict[str, list[float]]], None] | None = None) -> dict[str, list[float]]:
     """Run every path once per round, in the same order each round: rates (items/s) per path.
-    Each callable does its work and returns how many items it processed."""
+    Each callable does its work and returns how many items it processed, or ``(items, seconds)``
+    when it times itself (to leave out a warm-up or a compile). ``progress(round, rates)`` is
+    called after each round."""
     rates: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(max(rounds, 1)):
+    for r in range(max(rounds, 1)):
         for name, run in paths.items():
             t0 = time.perf_counter()
-            items = run()
-            rates[name].append(items / (time.perf_counter() - t0))
+            got = run()
+            elapsed = time.perf_counter() - t0
+            if isinstance(got, tuple):
+                got, elapsed = got
+            rates[name].append(got / max(elapsed, 1e-12))
+        if progress is not None:
+            progress(r, rates)
     return rates
+
+
+def best_batch(forward: Callable[[torch.Tensor], Any], inputs: torch.Tensor, sizes: Sequence[int], *,
+               device: torch.device | str = "cpu", rounds: int = 2) -> tuple[int, dict[int, float]]:
+    """The batch size at which ``forward`` alone runs fastest on ``inputs`` (transformed
+    beforehand, on the device): each of ``sizes`` (capped at ``len(inputs)``) is timed over all of
+    ``inputs`` in slices of that size, ``rounds`` interleaved rounds after one warm-up slice, best
+    round kept. Returns (the best size, inputs/s per size)."""
+    sizes = sorted({max(1, min(int(b), len(inputs))) for b in sizes})
+    rates: dict[int, float] = {b: 0.0 for b in sizes}
+    with torch.inference_mode():
+        for b in sizes:  # warm-up: the first call of each shape picks its kernels
+            forward(inputs[:b])
+        sync(device)
+        for _ in range(max(rounds, 1)):
+            for b in sizes:
+                t0 = time.perf_counter()
+                for s in range(0, len(inputs), b):
+                    forward(inputs[s:s + b])
+                sync(device)
+                rates[b] = max(rates[b], len(inputs) / (time.perf_counter() - t0))
+    return max(rates, key=rates.__getitem__), rates
+
+
+def engine_forward_batch(attrs: dict[str, Any]) -> int | None:
+    """The forward batch a run's attributes record (``forward_batch`` at the top level or in the
+    ``optimization`` record), or None when the engine does not record it."""
+    import json
+
+    rec = attrs.get("optimization")
+    rec = json.loads(rec) if isinstance(rec, str) else (rec or {})
+    for where in (attrs, rec):
+        value = where.get("forward_batch")
+        if value is not None:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 @dataclass
@@ -104,13 +177,14 @@ def format_table(rows: Sequence[Row], peak_gflops: float, unit: str, *, referenc
     ratios to the ``reference`` row (the model's forward alone at its best batch) and the
     ``naive`` row, and the fraction of the measured peak."""
     by_name = {r.name: r for r in rows}
-    head = (f"{'path':<44} {'best ' + unit:>16} {'spread':>21} {'GFLOP/s':>8} {'of peak':>8}"
+    w = max([44, *(len(r.name) for r in rows)])
+    head = (f"{'path':<{w}} {'best ' + unit:>16} {'spread':>21} {'GFLOP/s':>8} {'of peak':>8}"
             + (f" {'/forward':>9}" if reference else "") + (f" {'/naive':>7}" if naive else ""))
     lines = [f"measured float32 peak (3×3 conv): {peak_gflops:.1f} GFLOP/s", head, "-" * len(head)]
     for r in rows:
         gf = r.best * r.flops / 1e9 if r.flops else float("nan")
         spread = f"{min(r.rates):,.1f}–{max(r.rates):,.1f}"
-        line = f"{r.name:<44} {r.best:>16,.1f} {spread:>21} {gf:>8.1f} {gf / peak_gflops:>8.1%}"
+        line = f"{r.name:<{w}} {r.best:>16,.1f} {spread:>21} {gf:>8.1f} {gf / peak_gflops:>8.1%}"
         if reference:
             line += f" {r.best / by_name[reference].best:>8.2f}×"
         if naive:
