@@ -69,7 +69,7 @@ def conv_peak_gflops(device: torch.device | str = "cpu", dtype: torch.dtype = to
                      smoke: bool = False, repeats: int = 5) -> float:
     """The float rate (GFLOP/s) a large 3×3 convolution reaches here: best of ``repeats`` calls."""
     device = torch.device(device)
-    n, c, hw = (2, 32, 32) if smoke else ((64, 256, 56) if device.type == "cuda" else (16, 128, 64))
+    n, c, hw = (4, 64, 32) if smoke else ((64, 256, 56) if device.type == "cuda" else (16, 128, 64))
     x = torch.randn(n, c, hw, hw, device=device, dtype=dtype)
     conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False).to(device=device, dtype=dtype).eval()
     flops = 2.0 * n * c * c * 9 * hw * hw
