@@ -5,10 +5,11 @@ For each model (our ReferenceCNN; NeroCNN, NERO's MNIST CNN layer for layer: 7×
 (0…355° by 5°), CPU threads as torch sets them, BatchNorm statistics made non-trivial as after
 training:
 
-  eager      the bare eager forward of the model as given, batch 512, on inputs rotated beforehand
-             (the model's own cost, nothing else);
+  eager      the bare eager forward of the model as given on inputs rotated beforehand (the
+             model's own cost, nothing else), at its best batch size (timed first at 32…512);
+             the table's reference ("/forward");
   fwd-opt    the bare forward of the optimised copy evaluate runs (BatchNorm folded,
-             channels_last) at evaluate's default forward batch: the ceiling of (b);
+             channels_last), at its own best batch size;
   defaults   orbitscope.evaluate end to end with default settings (first-batch check, warp,
              forward, scoring, store writes into a fresh store);
   every      evaluate with every optimisation: defaults + precision="bfloat16" (mixed precision,
@@ -19,7 +20,10 @@ training:
              batch-1 forward (on a subset of the digits; the rate is what is compared).
 
 Rounds are interleaved (every path once per round), so machine noise hits all paths alike; the
-best round of each path is reported with the spread (min–max over rounds). Then peak memory
+best round of each path is reported with the spread (min–max over rounds), in the roofline table
+of benchmarks/roofline.py (FLOPs per image by torch.utils.flop_counter, the float32 rate of a
+3×3 convolution measured in the same process, each path's fraction of it, ratios to the eager
+forward and to the naive loop). Then peak memory
 (peak RSS during evaluate in a fresh process, reset just before it via /proc/self/clear_refs;
 Linux only) over 6,000 and all 60,000 Fashion-MNIST training images × 4 angles.
 
@@ -28,7 +32,8 @@ classifier on 224×224 RGB images is added (--resnet, needs torchvision).
 
 Usage: python benchmarks/orbit_throughput.py [--digits 300] [--naive-digits 20] [--rounds 3]
        [--models reference,nero] [--compile] [--device cpu|cuda] [--resnet] [--skip-memory]
-       [--forward-batches] [--out benchmarks/results/orbit_throughput.txt]
+       [--forward-batches] [--bfloat16] [--smoke] [--out benchmarks/results/orbit_throughput.txt]
+--smoke: 2 digits, 1 naive digit, NeroCNN only, one round, memory at 32 images, nothing written.
 """
 
 from __future__ import annotations
@@ -47,11 +52,15 @@ from PIL import Image
 
 import orbitscope as osc
 from orbitscope.data.datasets import mnist_subset
-from orbitscope.engine.evaluation import default_forward_batch
 from orbitscope.engine.optimization import rewrite_model
 from orbitscope.models import NeroCNN, ReferenceCNN
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline.py, also when imported by the memory child
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch,  # noqa: E402
+                      flops_per_input, format_table, interleaved, results_path, sync)
+
 ANGLES = np.arange(0.0, 360.0, 5.0)  # 72 distinct angles, as in the issue's measurement
+FORWARD_SIZES = (32, 64, 128, 256, 512)  # batch sizes the forwards alone are timed at; the best is kept
 
 
 def trained_like(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -77,46 +86,44 @@ def resnet18_sized(num_classes: int = 10) -> torch.nn.Module:
     return trained_like(resnet18(weights=None, num_classes=num_classes))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def bare_forward(model: torch.nn.Module, rotated: torch.Tensor, batch: int, device: torch.device,
-                 channels_last: bool = False) -> float:
-    """Images/s of ``model`` alone on inputs rotated beforehand (already on ``device``)."""
+                 channels_last: bool = False) -> tuple[int, float]:
+    """Images, seconds of ``model`` alone on inputs rotated beforehand (already on ``device``)."""
     with torch.inference_mode():
         def call(x: torch.Tensor) -> None:
             model(x.contiguous(memory_format=torch.channels_last) if channels_last else x)
         call(rotated[:batch])  # warm-up
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for s in range(0, len(rotated), batch):
             call(rotated[s : s + batch])
-        _sync(device)
-        return len(rotated) / (time.perf_counter() - t0)
+        sync(device)
+        return len(rotated), time.perf_counter() - t0
 
 
-def evaluate_path(model: torch.nn.Module, data, device: torch.device, **kwargs) -> tuple[float, dict]:
-    """Images/s of evaluate end to end into a fresh store, and the run's optimisation record."""
+def evaluate_path(model: torch.nn.Module, data, device: torch.device, **kwargs) -> tuple[int, float, dict, dict]:
+    """Images, seconds of evaluate end to end into a fresh store (after an untimed warm-up run; a
+    torch.compile's one-off cost, measured by the run's first-batch check, left out), the run's
+    optimisation record and its attributes."""
     with tempfile.TemporaryDirectory() as home:
         osc.evaluate(model, data.subset(range(min(16, len(data)))), osc.Rotation(ANGLES[:4]), store=home, device=device,
                      **kwargs)
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         run = osc.evaluate(model, data, osc.Rotation(ANGLES), store=home, device=device, **kwargs)
-        _sync(device)
+        sync(device)
         elapsed = time.perf_counter() - t0
-    rec = run.result.attrs.get("optimization")
+        attrs = dict(run.result.attrs)
+    rec = attrs.get("optimization")
     rec = json.loads(rec) if isinstance(rec, str) else (rec or {})
     compiling = rec.get("compile_seconds") or 0.0  # torch.compile's one-off cost, reported apart
-    return run.result.n_samples * len(ANGLES) / (elapsed - compiling), rec
+    return run.result.n_samples * len(ANGLES), elapsed - compiling, rec, attrs
 
 
 def naive_path(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, n: int,
-               device: torch.device) -> float:
-    """NERO-style: PIL rotation per image and angle, batch-1 forward, one probability read."""
-    t0 = time.perf_counter()
+               device: torch.device) -> int:
+    """NERO-style: PIL rotation per image and angle, batch-1 forward, one probability read;
+    returns the number of images."""
     count = 0
     with torch.inference_mode():
         for i in range(n):
@@ -129,55 +136,64 @@ def naive_path(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
                 out = model(x.to(device))
                 torch.softmax(out, 1)[0, int(labels[i])].item()
                 count += 1
-    return count / (time.perf_counter() - t0)
+    sync(device)
+    return count
 
 
 def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labels: torch.Tensor,
-            args: argparse.Namespace, device: torch.device, lines: list[str]) -> dict[str, float]:
-    """Every path for one model, interleaved over ``args.rounds`` rounds; prints and returns rates."""
+            args: argparse.Namespace, device: torch.device, lines: list[str], peak: float) -> dict[str, float]:
+    """Every path for one model, interleaved over ``args.rounds`` rounds; prints the roofline table
+    and returns the best rates."""
     model = model.to(device)
     fast, _ = rewrite_model(model)
     fast = fast.to(device)
-    fb = default_forward_batch(None, "image", device, fast=True)
     rotated = osc.warp_images(images.to(device), osc.Rotation(ANGLES).transforms()).reshape(-1, *images.shape[1:])
+    flops = flops_per_input(model, rotated[:2])
+    sizes = (16, 64) if args.smoke else FORWARD_SIZES
+    b_eager, eager_sizes = best_batch(model, rotated, sizes, device=device, rounds=1 if args.smoke else 2)
+    b_fast, fast_sizes = best_batch(lambda x: fast(x.contiguous(memory_format=torch.channels_last)), rotated, sizes,
+                                    device=device, rounds=1 if args.smoke else 2)
     every = dict(precision="bfloat16", compile=args.compile)
+    recs: dict[str, tuple[dict, dict]] = {}
+
+    def ours(key: str, **kwargs):
+        def run():
+            n, seconds, rec, attrs = evaluate_path(model, data, device, **kwargs)
+            recs.setdefault(key, (rec, attrs))
+            return n, seconds
+        return run
+
     paths = {
-        "eager": lambda: bare_forward(model, rotated, 512, device),
-        "fwd-opt": lambda: bare_forward(fast, rotated, fb, device, channels_last=True),
-        "defaults": lambda: evaluate_path(model, data, device)[0],
-        "every": lambda: evaluate_path(model, data, device, **every)[0],
-        "off": lambda: evaluate_path(model, data, device, optimize=False)[0],
+        "eager": lambda: bare_forward(model, rotated, b_eager, device),
+        "fwd-opt": lambda: bare_forward(fast, rotated, b_fast, device, channels_last=True),
+        "defaults": ours("defaults"),
+        "every": ours("every", **every),
+        "off": ours("off", optimize=False),
         "naive": lambda: naive_path(model, images, labels, args.naive_digits, device),
     }
-    rates: dict[str, list[float]] = {k: [] for k in paths}
-    for r in range(args.rounds):
-        for name, fn in paths.items():
-            rates[name].append(fn())
-        print(f"  {label} round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in rates.items()),
-              flush=True)
-    probe = data.subset(range(min(32, len(data))))
-    _, rec_default = evaluate_path(model, probe, device)
-    _, rec_every = evaluate_path(model, probe, device, **every)
-    best = {k: max(v) for k, v in rates.items()}
-    out = [f"\n{label}: {len(data)} samples × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
-           f"{'path':58s} {'best img/s':>11s} {'spread (min–max)':>19s}"]
     names = {
-        "eager": "eager forward, model as given, pre-rotated, batch 512",
-        "fwd-opt": f"forward of the optimised copy, pre-rotated, batch {fb}",
-        "defaults": "orbitscope.evaluate, defaults",
-        "every": "evaluate, every optimisation (+ bfloat16" + (", + torch.compile)" if args.compile else ")"),
-        "off": "evaluate, optimize=False (before)",
+        "eager": f"forward alone, model as given, pre-rotated, best batch {b_eager}",
+        "fwd-opt": f"forward of the optimised copy (BN folded, channels_last), best batch {b_fast}",
+        "defaults": "evaluate, defaults (optimize='auto')",
+        "every": "evaluate, + bfloat16" + (" + torch.compile" if args.compile else ""),
+        "off": "evaluate, optimize=False (the model as given)",
         "naive": f"naive: PIL rotate + batch-1 forward ({args.naive_digits} samples)",
     }
-    for k, v in rates.items():
-        out.append(f"{names[k]:58s} {best[k]:11.0f} {min(v):9.0f}–{max(v):<9.0f}")
-    out.append(f"ratio defaults / eager     = {best['defaults'] / best['eager']:.2f}   (target >= 1.4 for NeroCNN)")
-    out.append(f"ratio defaults / naive     = {best['defaults'] / best['naive']:.2f}   (target >= 5 for NeroCNN)")
-    out.append(f"ratio every / eager        = {best['every'] / best['eager']:.2f}")
-    out.append(f"ratio every / naive        = {best['every'] / best['naive']:.2f}")
+    rates = interleaved(paths, args.rounds, progress=lambda r, got: print(
+        f"  {label} round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in got.items()), flush=True))
+    rec_default, attrs_default = recs["defaults"]
+    rec_every = recs["every"][0]
+    fb = engine_forward_batch(attrs_default)
+    out = [f"\n{label}: {len(data)} samples × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
+           f"model FLOPs per image (torch.utils.flop_counter, multiply-add = 2): {flops / 1e6:,.3f} MFLOP",
+           "forward alone by batch size (img/s; model as given | optimised copy): "
+           + ", ".join(f"{b}: {eager_sizes[b]:,.0f} | {fast_sizes[b]:,.0f}" for b in eager_sizes),
+           format_table([Row(names[k], rates[k], flops) for k in paths], peak, "img/s", reference=names["eager"],
+                        naive=names["naive"])]
+    best = {k: max(v) for k, v in rates.items()}
     out.append(f"ratio defaults / fwd-opt   = {best['defaults'] / best['fwd-opt']:.2f}   (pipeline: warp, check, scoring, "
-               "writes vs the forward alone)")
-    out.append(f"ratio off / eager          = {best['off'] / best['eager']:.2f}")
+               "writes vs the optimised forward alone)")
+    out.append(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}")
     out.append(f"defaults ran: {rec_default.get('ran')} {rec_default.get('rewrites')}, check "
                f"{rec_default.get('check', {}).get('max_difference')} (tolerance {rec_default.get('check', {}).get('tolerance')})")
     out.append(f"every ran: {rec_every.get('ran')} {rec_every.get('rewrites')} {rec_every.get('precision')}, check "
@@ -198,7 +214,8 @@ def forward_batches(model: torch.nn.Module, images: torch.Tensor, rounds: int, l
     rates = {b: [] for b in sizes}
     for _ in range(rounds):
         for b in sizes:
-            rates[b].append(bare_forward(fast, rotated, b, torch.device("cpu"), channels_last=True))
+            n, seconds = bare_forward(fast, rotated, b, torch.device("cpu"), channels_last=True)
+            rates[b].append(n / seconds)
     lines.append("\noptimised forward by batch size (img/s, best of rounds): "
                  + ", ".join(f"{b}: {max(v):.0f}" for b, v in rates.items()))
     print(lines[-1], flush=True)
@@ -240,18 +257,19 @@ def peak_memory(n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(ap, rounds=3)
     ap.add_argument("--digits", type=int, default=300)
     ap.add_argument("--naive-digits", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; best and spread are reported")
     ap.add_argument("--models", default="reference,nero", help="comma-separated: reference, nero")
     ap.add_argument("--compile", action="store_true", help="'every' also uses torch.compile")
-    ap.add_argument("--device", default="cpu")
     ap.add_argument("--resnet", action="store_true", help="also a ResNet-18-sized model on 224² RGB images")
     ap.add_argument("--resnet-images", type=int, default=64)
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--forward-batches", action="store_true", help="also time the optimised forward per batch size")
     ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")
     args = ap.parse_args()
+    if args.smoke:  # tiny sizes, one round, NeroCNN only, nothing written
+        args.digits, args.naive_digits, args.rounds, args.models, args.resnet = 2, 1, 1, "nero", False
     device = torch.device(args.device)
 
     data = mnist_subset("test").subset(range(args.digits))
@@ -260,35 +278,45 @@ def main() -> None:
     lines = [f"torch {torch.__version__}, {torch.get_num_threads()} threads, device {device}"
              + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")]
     print(lines[0])
+    peak = conv_peak_gflops(device, smoke=args.smoke)
+    lines.append(f"measured float32 rate (3×3 conv, this process): {peak:.1f} GFLOP/s")
+    if args.bfloat16 or device.type == "cuda":
+        lines.append(f"measured bfloat16 rate (3×3 conv): {conv_peak_gflops(device, torch.bfloat16, smoke=args.smoke):.1f} "
+                     "GFLOP/s (the bfloat16 row's 'of peak' is against float32)")
+    print("\n".join(lines[1:]))
     builders = {"reference": ("ReferenceCNN (ours)", lambda: trained_like(ReferenceCNN())),
                 "nero": ("NeroCNN (NERO-shaped)", lambda: trained_like(NeroCNN()))}
     for key in args.models.split(","):
         label, build = builders[key.strip()]
         torch.manual_seed(0)
-        measure(label, build(), data, images, labels, args, device, lines)
+        measure(label, build(), data, images, labels, args, device, lines, peak)
     if args.resnet:
         g = torch.Generator().manual_seed(0)
         big = torch.randint(0, 256, (args.resnet_images, 3, 224, 224), dtype=torch.uint8, generator=g)
         big_labels = torch.randint(0, 10, (args.resnet_images,), generator=g)
         big_data = osc.data.ArrayDataset(big, big_labels, data_id="random-224")
         measure("ResNet-18-sized, 224² RGB", resnet18_sized(), big_data, big.float() / 255, big_labels,
-                args, device, lines)
+                args, device, lines, peak)
     if args.forward_batches and device.type == "cpu":
         forward_batches(trained_like(NeroCNN()), images, args.rounds, lines)
 
     if not args.skip_memory:
-        lines.append("\npeak memory of evaluate (defaults, fresh process each), Fashion-MNIST train × 4 angles:")
-        mem = [peak_memory(n) for n in (6000, 60000)]
+        lines.append("\npeak memory of evaluate (defaults, fresh process each), Fashion-MNIST train × 4 angles"
+                     + (" (--smoke: 32 images)" if args.smoke else "") + ":")
+        sizes = (32,) if args.smoke else (6000, 60000)
+        mem = [peak_memory(n) for n in sizes]
         for m in mem:
             lines.append(f"  {m['n']:6d} images: peak RSS {m['peak_rss_mb']:7.1f} MB (after loading data "
                          f"{m['rss_before_mb']:.1f} MB; evaluate added {m['peak_rss_mb'] - m['rss_before_mb']:.1f} MB)")
         added = [m["peak_rss_mb"] - m["rss_before_mb"] for m in mem]
-        lines.append(f"  memory added by evaluate, 60,000 vs 6,000 images: ratio {added[1] / added[0]:.3f}")
-        print("\n".join(lines[-4:]))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("\n".join(lines) + "\n")
-        print(f"\nwrote {args.out}")
+        if len(mem) == 2:
+            lines.append(f"  memory added by evaluate, {sizes[1]:,} vs {sizes[0]:,} images: ratio {added[1] / added[0]:.3f}")
+        print("\n".join(lines[-len(mem) - 2:]))
+    out = results_path(args, None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n")
+        print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":
