@@ -36,7 +36,8 @@ from ..results.store import Store, open_store
 from ..tasks import Classification, Task, Variable
 from ..tasks.variables import ENGINE_VARIABLES
 from .activations import ActivationProbe
-from .chunk import ChunkJob, EvalContext, evaluate_chunk
+from .batch_probe import describe, probe_candidates, probe_forward_batch, worth_probing
+from .chunk import ChunkJob, EvalContext, evaluate_chunk, first_forward_rows
 from .executors import Executor, LocalExecutor, get_executor
 from .model_call import ModelCall, Normalizer
 from .pipeline import BackgroundWriter, pin_batch, read_ahead
@@ -562,11 +563,13 @@ def plan_run(
     if opt.reason and not opt.applied and optimize is not False:
         log.info("run %s runs the original model: %s", run_id, opt.reason)
     skip: set[int] = set()
+    started_with: int | None = None  # the forward batch a resumed run was started with
     if st is not None:
         # one writer per run: a second process evaluating the same run waits, then reuses or resumes it
         (lock_stack or stack).enter_context(st.run_lock(run_id))
         rec = st.find_run(run_id)
         if rec is not None and resume:
+            started_with = rec.attrs.get("forward_batch")
             if rec.complete:
                 try:
                     loaded = st.load(run_id, verify=True)
@@ -601,6 +604,14 @@ def plan_run(
                          precision=opt.precision if fast else "float32")
     ctx.transforms, ctx.forward_batch, ctx.expand, ctx.consensus_weights = run_transforms, fb, expand, weights
     ctx.optimize = fast
+    if started_with is not None and skip:
+        fb = int(started_with)  # a resumed run keeps its batch: its chunks stay bit-identical
+    elif forward_batch is None and fast:
+        fb, rates = _probed_forward_batch(ctx, device, fb, (source.n or 0) * len(run_transforms))
+        if rates:
+            attrs["forward_batch_probe"] = rates
+    ctx.call.forward_batch = ctx.forward_batch = fb
+    attrs["forward_batch"] = fb
     variables = {v.name: v for v in task.variables(0)}
     if consensus:
         variables.update({v.name: v for v in task.consensus_variables()})
@@ -621,6 +632,24 @@ def plan_run(
                      chunk_size=source.chunk_size))
     done = 0 if not skip else sum(min(source.chunk_size, (source.n or 0) - c * source.chunk_size) for c in skip)
     return PlannedRun(run_id, name, ctx, source, skip, seed, writer, attrs, done, source.n)
+
+
+def _probed_forward_batch(ctx: EvalContext, device: torch.device, cap: int, n_rows: int) -> tuple[int, dict[str, Any]]:
+    """The fastest forward batch up to ``cap`` by a timed probe on chunk 0's first rows, with the
+    rates measured (see :mod:`orbitscope.engine.batch_probe`); ``(cap, {})`` when the run is too
+    short for a probe to pay off or chunk 0 has too few rows."""
+    candidates = probe_candidates(device, cap)
+    if not worth_probing(n_rows, candidates):
+        return cap, {}
+    rows = first_forward_rows(ctx, max(candidates))
+    if rows is None or not isinstance(rows[0], torch.Tensor):
+        return cap, {}
+    candidates = [c for c in candidates if c <= len(rows[0])]
+    if len(candidates) < 2:
+        return cap, {}
+    best, rates = probe_forward_batch(ctx.call, rows[0], candidates)
+    log.info("forward batch %d (probe: %s inputs/s)", best, describe(rates))
+    return best, describe(rates)
 
 
 class _Writer:
