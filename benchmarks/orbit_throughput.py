@@ -301,6 +301,7 @@ def main() -> None:
         forward_batches(trained_like(NeroCNN()), images, args.rounds, lines)
 
     if not args.skip_memory:
+        first_memory_line = len(lines)
         lines.append("\npeak memory of evaluate (defaults, fresh process each), Fashion-MNIST train × 4 angles"
                      + (" (--smoke: 32 images)" if args.smoke else "") + ":")
         sizes = (32,) if args.smoke else (6000, 60000)
@@ -311,7 +312,7 @@ def main() -> None:
         added = [m["peak_rss_mb"] - m["rss_before_mb"] for m in mem]
         if len(mem) == 2:
             lines.append(f"  memory added by evaluate, {sizes[1]:,} vs {sizes[0]:,} images: ratio {added[1] / added[0]:.3f}")
-        print("\n".join(lines[-len(mem) - 2:]))
+        print("\n".join(lines[first_memory_line:]))
     out = results_path(args, None)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
