@@ -153,3 +153,33 @@ def test_training_skips_pixels_without_ground_truth(tmp_path):
             write_flo(tmp_path / f"p{i}_flow.flo", flows[i])
     model, info = train_flow_model(FlowRecipe(data=f"flow-folder:{tmp_path}", epochs=1, batch_size=3, width=4))
     assert np.isfinite(info["first_loss"]) and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_scores_of_many_rows_mask_the_outside_as_a_per_row_loop_does():
+    """Issue 35: the share of each pixel inside the field is computed once per distinct element
+    and gathered to the rows; the reference is a per-row numpy loop over pixel centres: a pixel
+    is scored when its source g⁻¹p lies inside the H × W field."""
+    h, w = 6, 10
+    d4xt = parse_orbit("d4xt").transforms()
+    shift = np.stack([np.arange(16) % 3 - 1, np.arange(16) // 4 - 2], 1).astype(float)  # whole pixels
+    t = osc.group.Transforms.create(16, linear=d4xt.linear, shift=shift, time_reversed=d4xt.time_reversed)
+    rows = t.repeat_interleave(3)  # element-major rows, as the engine scores them
+    rng = np.random.default_rng(4)
+    est = rng.normal(size=(len(rows), 2, h, w)).astype(np.float32)
+    truth = rng.normal(size=(len(rows), 2, h, w)).astype(np.float32)
+    truth[5, :, 0, :] = np.nan  # a row without ground truth in its first line
+    got = Flow(maps=("epe",), map_size=64).score(torch.from_numpy(est), torch.from_numpy(truth), rows)
+    ys, xs = np.meshgrid(np.arange(h) + 0.5 - h / 2, np.arange(w) + 0.5 - w / 2, indexing="ij")
+    for r in range(len(rows)):
+        src = np.linalg.inv(rows.linear[r]) @ (np.stack([xs.ravel(), ys.ravel()]) - rows.shift[r][:, None])
+        col, row = src[0] + w / 2 - 0.5, src[1] + h / 2 - 0.5
+        known = ((col > -1e-9) & (col < w - 1 + 1e-9) & (row > -1e-9) & (row < h - 1 + 1e-9)).reshape(h, w)
+        d = est[r].astype(np.float64) - truth[r]
+        epe = np.sqrt(d[0] ** 2 + d[1] ** 2)
+        epe[~known] = np.nan
+        assert np.isfinite(epe).sum() > 0
+        np.testing.assert_allclose(float(got["epe"][r]), np.nanmean(epe), rtol=1e-5, err_msg=str(r))
+        np.testing.assert_array_equal(np.isnan(got["epe_map"][r].numpy()), np.isnan(epe), err_msg=str(r))
+    # a square field under D4: nothing is outside, nothing is masked
+    sq = torch.zeros(len(rows), 2, 8, 8)
+    assert not torch.isnan(Flow().score(sq + 1, sq, d4xt.repeat_interleave(3))["epe_map"]).any()

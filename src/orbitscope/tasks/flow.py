@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -77,13 +78,30 @@ def resample_flow(flow: Tensor, size: tuple[int, int]) -> Tensor:
     return out * scale[None, :, None, None]
 
 
-def _inside(g: Transforms, like: Tensor) -> Tensor:
-    """(R, 1, H, W): the share of each pixel's source that lies inside the field under its row's
-    element (1 inside; below 1 where the element brings in pixels from outside)."""
+def _inside_share(g: Transforms, size: tuple[int, int], *, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> Tensor | None:
+    """The share of each pixel's source that lies inside a field of ``size`` (H, W) under each
+    element of ``g``: (len(g), 1, H, W), 1 inside and below 1 where the element brings in pixels
+    from outside (zero padding). None when every pixel of every element is inside (e.g. D4 on a
+    square field): nothing to mask.
+
+    Computed once per distinct geometric element (rows of an orbit evaluation repeat each element
+    once per sample) and gathered back to the rows: equal, value for value, to warping a field of
+    ones per row."""
     from ..kinds.base import get_kind
 
-    ones = torch.ones(len(like), 1, *like.shape[-2:], dtype=like.dtype, device=like.device)
-    return get_kind("image").act(ones, g, layout="paired", padding="zeros")
+    h, w = int(size[0]), int(size[1])
+    if len(g) == 0:
+        return None
+    key = np.concatenate([np.asarray(g.linear, np.float64).reshape(len(g), -1), np.asarray(g.shift, np.float64)], 1)
+    _, first, row_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    geo = g[first]
+    geo = Transforms.create(len(geo), linear=geo.linear, shift=geo.shift)  # the grid's part only
+    ones = torch.ones(1, 1, h, w, dtype=dtype, device=device)
+    share = get_kind("image").act(ones, geo, layout="orbit", padding="zeros")[:, 0]  # (U, 1, H, W)
+    if bool((share > 1 - 1e-4).all()):
+        return None
+    return share[torch.as_tensor(row_of.reshape(-1), device=share.device)]
 
 
 def _block_mean(maps: Tensor, size: int) -> Tensor:
@@ -170,7 +188,9 @@ class Flow(Task):
             raise DataError(f"{len(outputs)} flow estimates but {len(targets)} targets")
         truth = targets.to(outputs.device).float()
         if g is not None:  # truth moved in from outside the field (e.g. a quarter turn of a non-square pair) is unknown
-            truth = torch.where(_inside(g, truth) > 1 - 1e-4, truth, torch.nan)
+            share = _inside_share(g, tuple(truth.shape[-2:]), dtype=truth.dtype, device=truth.device)
+            if share is not None:
+                truth = torch.where(share > 1 - 1e-4, truth, torch.nan)
         est = resample_flow(outputs.float(), tuple(truth.shape[-2:]))
         maps = flow_error_maps(est, truth)
         known = torch.isfinite(maps["epe"])
