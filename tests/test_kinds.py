@@ -96,3 +96,48 @@ def test_d4_on_images_is_torch_rot90_and_flip():
     for k, r in ref.items():
         assert torch.equal(out[k], r[0, 0]), D4.NAMES[k]
     assert np.allclose(t.linear[2], [[0, 1], [-1, 0]])  # rot90 counter-clockwise as displayed (y down)
+
+
+def _shifted_reference(ctx: np.ndarray, tx: float, ty: float, view: tuple[int, int], padding: str) -> np.ndarray:
+    """Plain loop over output pixels, from the convention (content moves by +t; the view is the
+    centre of the context): view pixel (i, j) shows context pixel (i + (Hc - h)/2 - ty, j + (Wc - w)/2 - tx),
+    zero (``zeros``) or the nearest edge pixel (``border``) outside the context."""
+    c, hc, wc = ctx.shape
+    h, w = view
+    out = np.zeros((c, h, w), ctx.dtype)
+    for i in range(h):
+        for j in range(w):
+            r, q = int(i + (hc - h) // 2 - ty), int(j + (wc - w) // 2 - tx)
+            if padding == "border":
+                r, q = min(max(r, 0), hc - 1), min(max(q, 0), wc - 1)
+            if 0 <= r < hc and 0 <= q < wc:
+                out[:, i, j] = ctx[:, r, q]
+    return out
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+def test_whole_pixel_shifts_of_a_window_and_an_image_are_exact_crops(padding):
+    """Integer shifts (NERO's window orbit) are cut as crops: equal, bit for bit, to a plain loop
+    over pixels, inside the context and partly outside it (zero fill), in both layouts. A border
+    fill outside the context stays grid_sample's (equal to the loop within float32 rounding)."""
+    gen = torch.Generator().manual_seed(4)
+    ctx = torch.rand(2, 3, 16, 20, generator=gen)
+    t = Translation([0, 3, -3, 5, -6, 9], [0, -2, 4, -3]).transforms()  # 24 shifts, some leave the context
+    pairs = torch.arange(len(t)) % 2  # the paired layout: element k acts on sample k % 2
+    for view in ((8, 10), (16, 20)):  # a window over context, and the whole image (warp_images)
+        if view == (16, 20):
+            orbit = warp_images(ctx, t, padding=padding)
+            paired = warp_images(ctx[pairs], t, layout="paired", padding=padding)
+        else:
+            orbit = warp_window(ctx, t, view, padding=padding)
+            paired = warp_window(ctx[pairs], t, view, layout="paired", padding=padding)
+        for k, (tx, ty) in enumerate(np.asarray(t.shift).tolist()):
+            for b in range(2):
+                want = _shifted_reference(ctx[b].numpy(), tx, ty, view, padding)
+                got = [orbit[k, b].numpy()] + ([paired[k].numpy()] if b == k % 2 else [])
+                inside = np.array_equal(want, _shifted_reference(ctx[b].numpy(), tx, ty, view, "zeros"))
+                for g in got:
+                    if padding == "zeros" or inside:
+                        assert np.array_equal(g, want), (view, tx, ty, b)
+                    else:
+                        np.testing.assert_allclose(g, want, atol=1e-5)

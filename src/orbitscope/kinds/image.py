@@ -65,11 +65,58 @@ def _theta(t: Transforms, height: int, width: int, in_size: tuple[int, int] | No
     return theta
 
 
+def _integer_offsets(t: Transforms, height: int, width: int,
+                     in_size: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Elements that only translate by whole pixels, as crops: (which (K,) bool, top row (K,),
+    left column (K,)) of the (height, width) output's source rectangle in the input.
+
+    With out(p) = in(p − t) and both frames centred on the same point, output pixel (i, j) reads
+    input pixel (i + r0, j + c0) with r0 = (H_in − height) / 2 − t_y and c0 = (W_in − width) / 2
+    − t_x; an element qualifies when its linear part is the identity and r0, c0 are integers."""
+    k = len(t)
+    if t.dim != 2 or k == 0:
+        return np.zeros(k, dtype=bool), np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    hin, win = (height, width) if in_size is None else in_size
+    shift = np.asarray(t.shift, dtype=np.float64)
+    r0 = (hin - height) / 2 - shift[:, 1]
+    c0 = (win - width) / 2 - shift[:, 0]
+    ok = (np.asarray(t.linear) == np.eye(2)).all(axis=(1, 2))
+    ok &= (np.abs(r0 - np.round(r0)) <= 1e-9) & (np.abs(c0 - np.round(c0)) <= 1e-9)
+    return ok, np.round(r0).astype(np.int64), np.round(c0).astype(np.int64)
+
+
+def _crop_exact(x: Tensor, r0: int, c0: int, out_size: tuple[int, int], padding: str) -> Tensor | None:
+    """x (..., H, W) cut at rows r0 .. r0 + h, columns c0 .. c0 + w (a whole-pixel translation),
+    zero outside x; None when part of the crop is outside and padding is not zeros. Equal, bit for
+    bit, to :func:`_gather_exact` at the same integer sources."""
+    height, width = x.shape[-2:]
+    oh, ow = out_size
+    if 0 <= r0 and r0 + oh <= height and 0 <= c0 and c0 + ow <= width:
+        return x[..., r0:r0 + oh, c0:c0 + ow]
+    if padding != "zeros":
+        return None
+    out = x.new_zeros((*x.shape[:-2], oh, ow))
+    i0, i1 = max(0, -r0), min(oh, height - r0)
+    j0, j1 = max(0, -c0), min(ow, width - c0)
+    if i0 < i1 and j0 < j1:
+        out[..., i0:i1, j0:j1] = x[..., r0 + i0:r0 + i1, c0 + j0:c0 + j1]
+    return out
+
+
+def _crops_inside(x: Tensor, r0: np.ndarray, c0: np.ndarray, out_size: tuple[int, int]) -> Tensor:
+    """All crops of x (B, C, H, W) at (r0[k], c0[k]) (each inside x) as one (K, B, C, h, w) tensor
+    (one stack of views: a single copy of the pixels, no index arithmetic per pixel)."""
+    oh, ow = out_size
+    return torch.stack([x[..., r:r + oh, c:c + ow] for r, c in zip(r0.tolist(), c0.tolist())])
+
+
 def _exact_sources(
-    t: Transforms, height: int, width: int, in_size: tuple[int, int] | None = None
+    t: Transforms, height: int, width: int, in_size: tuple[int, int] | None = None,
+    skip: np.ndarray | None = None,
 ) -> list[tuple[Tensor, Tensor] | None]:
     """Per element: integer source (rows, cols) when the warp maps the output's pixel centres onto
-    the source's pixel centres (e.g. 90° rotations of square images, integer shifts), else None."""
+    the source's pixel centres (e.g. 90° rotations of square images, integer shifts), else None
+    (also for the elements marked in ``skip``)."""
     out: list[tuple[Tensor, Tensor] | None] = [None] * len(t)
     if t.dim != 2 or len(t) == 0:
         return out
@@ -78,7 +125,7 @@ def _exact_sources(
     lin_all = np.asarray(t.linear)
     integer = np.isclose(np.abs(lin_all), np.round(np.abs(lin_all)), atol=1e-12).all(axis=(1, 2))
     unit = np.abs(np.abs(np.linalg.det(lin_all)) - 1) <= 1e-9
-    candidates = np.flatnonzero(integer & unit)
+    candidates = np.flatnonzero(integer & unit & (True if skip is None else ~skip))
     if len(candidates) == 0:
         return out
     ys, xs = np.meshgrid(np.arange(height) + 0.5 - height / 2, np.arange(width) + 0.5 - width / 2, indexing="ij")
@@ -151,14 +198,29 @@ def _resample(images: Tensor, t: Transforms, layout: Layout, interpolation: str,
     window = out_size is not None and tuple(out_size) != (h, w)
     k = len(t)
     geo = ~t.is_geometric_identity if not window else np.ones(k, dtype=bool)
-    exact = _exact_sources(t, oh, ow, in_size) if geo.any() else [None] * k
-    general = [i for i in range(k) if geo[i] and exact[i] is None]
+    # whole-pixel translations (NERO's window shifts): crops, not gathers
+    shifted, r0, c0 = _integer_offsets(t, oh, ow, in_size) if geo.any() else (np.zeros(k, dtype=bool), None, None)
+    shifted &= geo
+    exact = _exact_sources(t, oh, ow, in_size, skip=shifted) if geo.any() else [None] * k
+    general = [i for i in range(k) if geo[i] and not shifted[i] and exact[i] is None]
     if layout == "orbit":
-        out = images.unsqueeze(0).expand(k, b, c, h, w).clone() if not general and not window else images.new_empty((k, b, c, oh, ow))
+        inside = shifted & (r0 >= 0) & (r0 + oh <= h) & (c0 >= 0) & (c0 + ow <= w) if shifted.any() else shifted
+        if not general and not window:
+            out = images.unsqueeze(0).expand(k, b, c, h, w).clone()
+        elif shifted.any() and inside.all():  # every element a crop inside the input (a window over context)
+            return _crops_inside(images, r0, c0, (oh, ow))
+        else:
+            out = images.new_empty((k, b, c, oh, ow))
     else:
         out = images.clone() if not window else images.new_empty((b, c, oh, ow))
     for i in range(k):
-        if geo[i] and exact[i] is not None:
+        if shifted[i]:
+            crop = _crop_exact(images if layout == "orbit" else images[i], int(r0[i]), int(c0[i]), (oh, ow), padding)
+            if crop is None:
+                general.append(i)
+            else:
+                out[i] = crop
+        elif geo[i] and exact[i] is not None:
             src = images if layout == "orbit" else images[i]
             g = _gather_exact(src, *exact[i], h, w, padding, (oh, ow))  # type: ignore[misc]
             if g is None:
