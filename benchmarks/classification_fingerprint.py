@@ -15,11 +15,13 @@ consensus measures computed from it.
 
 Runs use ``optimize=False`` (the model as given: the engine as it was before optimisation became
 the default, which changes numbers by float rounding); ``--defaults`` fingerprints the default
-settings instead.
+settings instead; ``--smoke`` uses 10 digits (one per class) instead of 60 (the test suite runs it
+so the script cannot rot; its hashes are not the full run's).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import sys
@@ -58,7 +60,11 @@ def _digest(a: np.ndarray) -> str:
 
 
 def main() -> None:
-    data = mnist_subset("test").stratified(6)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--defaults", action="store_true", help="fingerprint the default settings (optimize='auto')")
+    ap.add_argument("--smoke", action="store_true", help="10 digits instead of 60 (the test suite runs this)")
+    args = ap.parse_args()
+    data = mnist_subset("test").stratified(1 if args.smoke else 6)
     cnn, cen = _cnn(), _centroid(mnist_subset("train").stratified(20))
     cases = [
         ("cnn-rotation", cnn, osc.Rotation(range(0, 361, 30)), {}),
@@ -74,7 +80,7 @@ def main() -> None:
     out: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as home:
         for name, model, orbit, kw in cases:
-            if "--defaults" not in sys.argv[1:]:
+            if not args.defaults:
                 kw = {"optimize": False, **kw}
             run = osc.evaluate(model, data, orbit, store=home, name=name, **kw)
             res = run.result

@@ -17,7 +17,8 @@ model and ground truth, the COCO-style precision / recall / F1 re-counted from t
 at other score thresholds (exact: the CentreDetector returns 10 detections, all kept in the
 states). Runs are stored under --home (a second call reads them back).
 
-Usage: python benchmarks/detection_counting.py [--home /tmp/detection-counting] [--n 500]
+Usage: python benchmarks/detection_counting.py [--home /tmp/detection-counting] [--n 500] [--smoke]
+(--smoke: 4 key objects × 4 × 4 shifts, a temporary store, the local executor; the test suite runs it.)
 Results: benchmarks/results/detection_counting.txt
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import tempfile
 import time
 import warnings
 
@@ -66,18 +68,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--home", default="/tmp/detection-counting")
     ap.add_argument("--n", type=int, default=500)
+    ap.add_argument("--smoke", action="store_true", help="4 key objects, a temporary store, the local executor")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
+    tmp = tempfile.TemporaryDirectory(prefix="detection-counting-") if args.smoke else None
+    if tmp is not None:
+        args.home, args.n = tmp.name, 4
+    executor = None if args.smoke else ProcessExecutor(workers=2, threads=1)
     store = Store(args.home)
     recipe = next(iter(DETECTORS.values()))
-    test = detection_training_data(DetectorRecipe(scenes=TEST_SCENES, seed=1, view=recipe.view,
+    test = detection_training_data(DetectorRecipe(scenes=40 if args.smoke else TEST_SCENES, seed=1, view=recipe.view,
                                                   max_shift=recipe.max_shift), split="test")
     test = test.subset(range(min(args.n, len(test))))
-    orbit = osc.parse_orbit(SCENE_ORBIT)
+    orbit_spec = "window-shift:-32:24:16" if args.smoke else SCENE_ORBIT
+    orbit = osc.parse_orbit(orbit_spec)
     settings = {"COCO >= 0.5 (default), NERO >= 0": {"score_threshold": 0.5, "nero_score_threshold": 0.0},
                 "COCO >= 0.05, NERO >= 0.05 (default)": {"score_threshold": 0.05, "nero_score_threshold": 0.05}}
     cols = ("conf×IoU", "P coco", "R coco", "F1 coco", "P nero", "R nero", "F1 nero", "AP@0.5", "NERO AP", "top≥0.5")
-    print(f"{len(test)} key objects × {orbit.size} shifts ({SCENE_ORBIT}, 64-px view); orbit means of sample means")
+    print(f"{len(test)} key objects × {orbit.size} shifts ({orbit_spec}, 64-px view); orbit means of sample means")
     print(f"{'model':28s} {'ground truth':6s} {'setting':38s} " + " ".join(f"{c:>8s}" for c in cols) + "  seconds")
     sweeps = []
     for name, r in DETECTORS.items():
@@ -89,7 +97,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 res = osc.evaluate(model, test, orbit, osc.Detection(ground_truth=gt, **kw), view_size=(r.view, r.view),
                                    store=store, name=name, model_name=name, optimize=True, batch_size=50,
-                                   executor=ProcessExecutor(workers=2, threads=1)).result
+                                   executor=executor).result
                 dm = osc.dataset_metrics(res)
                 values = (_mean(res.conf_iou.values), _mean(res.precision.values), _mean(res.recall.values),
                           _mean(res.f1.values), _mean(res.nero_precision.values), _mean(res.nero_recall.values),
