@@ -15,7 +15,7 @@ runs unless ``--runs``), or by default one built in a temporary folder: 500 real
 re-evaluation runs).
 
 Usage: python benchmarks/interface_latency.py [--home DIR [--runs ID ID]] [--repeats 30]
-       [--csv benchmarks/results/interface_latency.csv]
+       [--csv benchmarks/results/interface_latency.csv] [--smoke]
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from orbitscope.results.store import Store
 ANGLES = np.arange(0.0, 361.0, 5.0)
 
 
-def build_store(home: Path) -> None:
-    """500 MNIST digits × 73 angles × 2 random reference CNNs (sharpened outputs), weights cached."""
-    data = osc.mnist_subset("test").stratified(50)
+def build_store(home: Path, per_class: int = 50) -> None:
+    """``10 × per_class`` MNIST digits × the angles of ANGLES × 2 random reference CNNs (sharpened
+    outputs), weights cached."""
+    data = osc.mnist_subset("test").stratified(per_class)
     for seed in (0, 1):
         torch.manual_seed(seed)
         model = osc.ReferenceCNN().eval()
@@ -122,14 +123,14 @@ def measure(home: Path, runs: list[str] | None, repeats: int) -> list[dict[str, 
     s.load()
     record("page load", "cached", [timed(s.load) for _ in range(repeats)])
 
-    samples = [int(x) for x in rng.choice(s.data.context(cb.Selection.from_dict(s.selection)).shown, repeats,
-                                          replace=False)]
+    shown = s.data.context(cb.Selection.from_dict(s.selection)).shown
+    samples = [int(x) for x in rng.choice(shown, min(repeats, len(shown)), replace=False)]
     for state in ("warm", "cached"):  # the second pass revisits the same samples: all cached
         record("click scatter point", state, [timed(lambda x=x: s.event(Event("sample", 0, x))) for x in samples])
     for state in ("warm", "cached"):
         s.event(Event("rank", 0, 1))
         record("next ▶ (slider step)", state, [timed(lambda: s.event(Event("step", 0, 1))) for _ in range(repeats)])
-    ranks = [int(k) for k in rng.integers(1, 400, repeats)]
+    ranks = [int(k) for k in rng.integers(1, min(400, len(shown)), repeats)]
     for state in ("warm", "cached"):
         record("move ranking slider", state, [timed(lambda k=k: s.event(Event("rank", 1, k))) for k in ranks])
     for state in ("warm", "cached"):
@@ -158,7 +159,12 @@ def main() -> None:
     parser.add_argument("--runs", nargs="*", help="run ids to compare (default: the first two of the first group)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
+    parser.add_argument("--smoke", action="store_true",
+                        help="20 digits x 9 angles, 2 repeats, nothing written (the test suite runs this)")
     args = parser.parse_args()
+    global ANGLES
+    if args.smoke:
+        ANGLES, args.repeats, args.csv, args.home = np.arange(0.0, 361.0, 45.0), 2, None, None
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(1)  # as `orbitscope serve` does
     threadpool_limits(1)
@@ -168,8 +174,8 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="orbitscope-latency-")
         home = Path(tmp.name)
         t0 = time.perf_counter()
-        build_store(home)
-        print(f"built a 500-sample, 73-element, 2-model store in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        build_store(home, 2 if args.smoke else 50)
+        print(f"built a {20 if args.smoke else 500}-sample, {len(ANGLES)}-element, 2-model store in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     rows = measure(home, args.runs, args.repeats)
     print(f"{'interaction':34s} {'state':7s} {'n':>3s} {'median ms':>10s} {'p95 ms':>8s} {'max ms':>8s}")
     for r in rows:

@@ -32,7 +32,7 @@ spread (max − min) over rounds and the best peak added. Every child's answer i
 against the in-memory array. orbitscope verifies each chunk's CRC-32 the first time a process
 reads it, so its (first-read) times include that; the others verify nothing.
 
-Usage: python benchmarks/lazy_backend.py [--repeats 3] [--samples 60000] [--elements 73]
+Usage: python benchmarks/lazy_backend.py [--repeats 3] [--samples 60000] [--elements 73] [--smoke]
 """
 
 from __future__ import annotations
@@ -193,7 +193,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=60_000)
     ap.add_argument("--elements", type=int, default=73)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "lazy_backend.txt")
+    ap.add_argument("--smoke", action="store_true", help="600 x 5 values, one round, the mean only, nothing written "
+                    "(the test suite runs this)")
     args = ap.parse_args()
+    ops = ["mean"] if args.smoke else OPS
+    if args.smoke:
+        args.repeats, args.samples, args.elements, args.out = 1, 600, 5, None
     import dask
     import xarray
     import zarr
@@ -209,7 +214,7 @@ def main() -> None:
         here = str(Path(__file__).resolve().parent)
         for r in range(args.repeats):
             for b in BACKENDS:
-                for op in OPS:
+                for op in ops:
                     p = subprocess.run([sys.executable, "-c", CHILD_CODE, here, b, op, tmp, str(args.samples),
                                         str(args.elements)], check=False, capture_output=True, text=True)
                     if p.returncode != 0:
@@ -230,14 +235,14 @@ def main() -> None:
         "time: best ms (spread max-min over rounds)",
         f"{'operation':<26}" + "".join(f"{b:>15}" for b in BACKENDS),
     ]
-    for op in OPS:
+    for op in ops:
         cells = []
         for b in BACKENDS:
             t = [m["s"] * 1e3 for m in res[b, op]]
             cells.append(f"{min(t):7.1f} ({max(t) - min(t):5.1f})")
         lines.append(f"{OP_LABEL[op]:<26}" + "".join(f"{c:>15}" for c in cells))
     lines += ["", "peak RSS added: best MiB", f"{'operation':<26}" + "".join(f"{b:>15}" for b in BACKENDS)]
-    for op in OPS:
+    for op in ops:
         lines.append(f"{OP_LABEL[op]:<26}" + "".join(f"{min(m['mib'] for m in res[b, op]):15.1f}" for b in BACKENDS))
     lines += ["", f"{'on disk, MiB':<26}" + "".join(f"{disk[b]:15.2f}" for b in BACKENDS),
               "(orbitscope: chunk files + catalog.sqlite; dask-* read the same chunk files)",
@@ -248,8 +253,9 @@ def main() -> None:
               f"total wall time {time.perf_counter() - started:.0f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ within 2× of the zero-failure minimum ln(1/α)/κ. The published rule has no ca
 --max-samples (undecided there).
 
 Usage: python benchmarks/robust_queries.py [--reps 4000] [--seed 0] [--kappa 0.01] [--alpha 0.01]
-       [--max-samples 65536] [--out benchmarks/results/robust_queries.txt]
+       [--max-samples 65536] [--out benchmarks/results/robust_queries.txt] [--smoke]
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ def main() -> None:
     ap.add_argument("--alpha", type=float, default=0.01)
     ap.add_argument("--max-samples", type=int, default=65_536, help="safety cap for the uncapped published rule")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "robust_queries.txt")
+    ap.add_argument("--smoke", action="store_true", help="50 inputs per cell, nothing written (the test suite runs this)")
     args = ap.parse_args()
+    if args.smoke:
+        args.reps, args.out = 50, None
 
     kappa, alpha = args.kappa, args.alpha
     ps = [("0", 0.0), ("κ/10", kappa / 10), ("κ/2", kappa / 2), ("κ", kappa), ("1.1κ", 1.1 * kappa), ("2κ", 2 * kappa), ("10κ", 10 * kappa)]
@@ -100,8 +103,9 @@ def main() -> None:
     lines.append(f"simulation time {elapsed:.1f} s")
     text = "\n".join(lines) + "\n"
     print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":

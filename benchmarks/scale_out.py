@@ -25,7 +25,7 @@ a fresh run: chunk writes per second and MB/s (every file is fsynced, as in a ru
 rate at which one worker produces chunks, this says how many workers one writer can keep up
 with (see docs/scaling.md).
 
-Usage: python benchmarks/scale_out.py [--rounds 3] [--out benchmarks/results/scale_out.txt]
+Usage: python benchmarks/scale_out.py [--rounds 3] [--out benchmarks/results/scale_out.txt] [--smoke]
 """
 
 from __future__ import annotations
@@ -125,7 +125,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--smoke", action="store_true", help="100 samples, one round, few writes, nothing written "
+                    "(the test suite runs this)")
     args = ap.parse_args()
+    global N_SAMPLES
+    if args.smoke:
+        N_SAMPLES, args.rounds, args.out = 100, 1, None
     started = time.perf_counter()
     torch.set_num_threads(1)
     import ray
@@ -148,7 +153,7 @@ def main() -> None:
         say(f"round {r + 1}: " + ", ".join(f"{k} {times[k][-1]:.2f} s" for k in paths))
     ticks1 = cpu_ticks()
     steal = (ticks1[1] - ticks0[1]) / max(1, ticks1[0] - ticks0[0])
-    rates = [empty_job_rate(paths["c"]) for _ in range(args.rounds)]
+    rates = [empty_job_rate(paths["c"], 20 if args.smoke else 400) for _ in range(args.rounds)]
     best = {k: min(v) for k, v in times.items()}
     names = {"a": "a: local executor, in this process", "b": "b: Ray, 1 job at a time (in_flight=1)",
              "c": "c: Ray, 2 workers (num_cpus=1, 2 jobs at a time)"}
@@ -178,8 +183,8 @@ def main() -> None:
             "correct": rng.random((64, 2847)) < 0.5, "top1_confidence": rng.random((64, 2847), dtype=np.float32),
             "entropy": rng.random((64, 2847), dtype=np.float32), "label": rng.integers(0, 10, 64).astype(np.int64)}
     say()
-    for name, arrays, n in (("classification chunk, 50 × 24 elements", small, 200),
-                            ("NERO-sized chunk, 64 × 2,847 elements", nero, 60)):
+    for name, arrays, n in (("classification chunk, 50 × 24 elements", small, 5 if args.smoke else 200),
+                            ("NERO-sized chunk, 64 × 2,847 elements", nero, 3 if args.smoke else 60)):
         got = [writer_rate(arrays, n) for _ in range(args.rounds)]
         per_s = [g[0] for g in got]
         size = sum(a.nbytes for a in arrays.values()) / 1e6

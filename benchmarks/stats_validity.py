@@ -27,7 +27,7 @@ file's criterion); "BELOW"/"ABOVE" means the method misses its target by more th
 rows have no target (a contrast or a power).
 
 Usage: python benchmarks/stats_validity.py [--repetitions 1000] [--seed 0] [--resamples 500]
-       [--permutations 200] [--out benchmarks/results/stats_validity.txt]
+       [--permutations 200] [--out benchmarks/results/stats_validity.txt] [--smoke]
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from orbitscope.stats.values import OrbitValues
 
 ALPHA = 0.05
 K = 36
+MIN_POWER_REPS = 50  # repetitions of the power rows of (d) at least (--smoke: 5)
 
 
 @dataclass
@@ -227,11 +228,11 @@ def invariance_tests(rows, reps, seed, permutations):
         rng = np.random.default_rng([seed, 6, im])
         drop = 0.6 if method == "permutation" else 0.3
         rej = 0
-        for r in range(max(reps // 4, 50)):
+        for r in range(max(reps // 4, MIN_POWER_REPS)):
             x = sample(rng, n, k, "exchangeable", drop, binary)
             rej += p_value(method, x, r, binary) <= ALPHA
         rows.append(Row("d", f"  power {method}", f"3 elements drop {drop:g} latent s.d., exchangeable", rej,
-                        max(reps // 4, 50), None, ""))
+                        max(reps // 4, MIN_POWER_REPS), None, ""))
 
 
 class _Result:
@@ -292,7 +293,12 @@ def main() -> None:
     ap.add_argument("--permutations", type=int, default=200, help="sign flips (max-T) / permutations per test")
     ap.add_argument("--sections", default="abcdef", help="which of (a)–(f) to run, e.g. 'ab'")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "stats_validity.txt")
+    ap.add_argument("--smoke", action="store_true", help="5 repetitions, 100 resamples, 20 permutations, nothing "
+                    "written (the test suite runs this; its rates mean nothing)")
     args = ap.parse_args()
+    if args.smoke:
+        global MIN_POWER_REPS
+        args.repetitions, args.resamples, args.permutations, args.out, MIN_POWER_REPS = 5, 100, 20, None, 5
 
     reps = args.repetitions
     rows: list[Row] = []
@@ -308,7 +314,7 @@ def main() -> None:
     lines = [
         "Validity of orbitscope.stats by simulation (benchmarks/stats_validity.py)",
         f"command: python {shlex.join(sys.argv)}",
-        f"seed {args.seed}; {reps} repetitions per row (power rows of (d): {max(reps // 4, 50)}); α = {ALPHA}; "
+        f"seed {args.seed}; {reps} repetitions per row (power rows of (d): {max(reps // 4, MIN_POWER_REPS)}); α = {ALPHA}; "
         f"{args.resamples} bootstrap resamples per band; {args.permutations} sign flips / permutations per test",
         "rate ± Monte-Carlo s.e. √(r(1 − r)/reps); z = (rate − target) / s.e. at the target; "
         "ok = within 3 s.e. on the right side of the target",
@@ -333,8 +339,9 @@ def main() -> None:
     lines += ["", "time per section: " + "; ".join(timing)]
     text = "\n".join(lines) + "\n"
     print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
