@@ -26,7 +26,7 @@ the model's activations inside ``evaluate``, are not traced: RSS covers them). A
 element) of the 60,000-sample run from the store, cold (computed from the chunks) and cached.
 
 Usage: python benchmarks/memory_budget.py [--repeats 2] [--ops evaluate aggregate report interface]
-       [--families samples elements] [--out benchmarks/results/memory_budget.txt]
+       [--families samples elements] [--out benchmarks/results/memory_budget.txt] [--smoke]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from orbitscope.app import AppData
 import sklearn.decomposition, plotly.graph_objects  # noqa: F401  (imported before the measurement)
 logging.disable(logging.WARNING)
 torch.set_num_threads(1)
-op, family, size, home = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+ops, family, size, home = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -89,66 +89,73 @@ def interface(store, run_id):
     group = next(g for g in data.groups() if run_id in [r.run_id for r in g.runs])
     Session(data, group.key, [run_id]).load()
 
-# warm-up on a tiny run (imports, first-call caches), then the measurement
-with tempfile.TemporaryDirectory() as tiny:
-    d, o = job(size)
-    warm = evaluate(tiny, d.subset(range(8)), osc.Rotation([0, 90]))  # 16 inputs: no chunk-sized buffers
-    st = osc.Store(tiny)
-    {{"aggregate": lambda: aggregate(st, warm.run_id), "report": lambda: report(st, warm.run_id, tiny + "/r.html"),
-      "interface": lambda: interface(st, warm.run_id), "evaluate": lambda: None}}[op]()
-if op != "evaluate":
-    store = osc.Store(home)
-    run_id = store.runs()[0].run_id
-def measured():
-    extra = {{}}
-    t0 = time.perf_counter()
-    if op == "evaluate":
-        import shutil
-        shutil.rmtree(home, ignore_errors=True)
-        extra["n"] = evaluate(home, d, o).result.n_samples
-    elif op == "aggregate":
-        store.clear_cache(run_id)
-        aggregate(store, run_id)
-        extra["cold_s"] = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        osc.Store(home).load(run_id).aggregate("correct")
-        extra["cached_s"] = time.perf_counter() - t1
-    elif op == "report":
-        store.clear_cache(run_id)
-        report(store, run_id, home + "/report.html")
-    else:
-        store.clear_cache(run_id)
-        interface(store, run_id)
-    extra["seconds"] = time.perf_counter() - t0
-    return extra
+# per operation (one per process in a full run; --smoke runs them all in one process): a warm-up
+# on a tiny run (imports, first-call caches), then the measurement
+for op in ops:
+    with tempfile.TemporaryDirectory() as tiny:
+        d, o = job(size)
+        warm = evaluate(tiny, d.subset(range(8)), osc.Rotation([0, 90]))  # 16 inputs: no chunk-sized buffers
+        st = osc.Store(tiny)
+        {{"aggregate": lambda: aggregate(st, warm.run_id), "report": lambda: report(st, warm.run_id, tiny + "/r.html"),
+          "interface": lambda: interface(st, warm.run_id), "evaluate": lambda: None}}[op]()
+    if op != "evaluate":
+        store = osc.Store(home)
+        run_id = store.runs()[0].run_id
+    def measured():
+        extra = {{}}
+        t0 = time.perf_counter()
+        if op == "evaluate":
+            import shutil
+            shutil.rmtree(home, ignore_errors=True)
+            extra["n"] = evaluate(home, d, o).result.n_samples
+        elif op == "aggregate":
+            store.clear_cache(run_id)
+            aggregate(store, run_id)
+            extra["cold_s"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            osc.Store(home).load(run_id).aggregate("correct")
+            extra["cached_s"] = time.perf_counter() - t1
+        elif op == "report":
+            store.clear_cache(run_id)
+            report(store, run_id, home + "/report.html")
+        else:
+            store.clear_cache(run_id)
+            interface(store, run_id)
+        extra["seconds"] = time.perf_counter() - t0
+        return extra
 
-with open("/proc/self/clear_refs", "w") as fh:  # RSS: everything (torch too), peak reset here
-    fh.write("5")
-before = status("VmRSS")
-row = measured()
-row.update(before_mb=before, peak_mb=status("VmHWM"))
-import gc, tracemalloc  # then the same again, traced: Python and numpy allocations only, exact
-gc.collect()
-tracemalloc.start()
-traced = measured()
-row["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
-tracemalloc.stop()
-print(json.dumps(row))
+    with open("/proc/self/clear_refs", "w") as fh:  # RSS: everything (torch too), peak reset here
+        fh.write("5")
+    before = status("VmRSS")
+    row = measured()
+    row.update(before_mb=before, peak_mb=status("VmHWM"))
+    import gc, tracemalloc  # then the same again, traced: Python and numpy allocations only, exact
+    gc.collect()
+    tracemalloc.start()
+    traced = measured()
+    row["traced_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    row["op"] = op
+    print(json.dumps(row))
 """
 
 FAMILIES = {"samples": (6000, 60000), "elements": (73, 730)}
 OPS = ("evaluate", "aggregate", "report", "interface")
 
 
-def child(op: str, family: str, size: int, home: Path) -> dict:
+def child(ops: list[str], family: str, size: int, home: Path) -> dict[str, dict]:
+    """The rows of ``ops`` measured one after the other in one fresh process."""
     code = _CHILD.format(bench_dir=str(BENCH_DIR))
-    out = subprocess.run([sys.executable, "-c", code, op, family, str(size), str(home)], capture_output=True,
-                         text=True)
+    out = subprocess.run([sys.executable, "-c", code, ",".join(ops), family, str(size), str(home)],
+                         capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"{op} {family} {size} failed:\n{out.stderr[-3000:]}")
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    row["added_mb"] = row["peak_mb"] - row["before_mb"]
-    return row
+        raise RuntimeError(f"{ops} {family} {size} failed:\n{out.stderr[-3000:]}")
+    rows = {}
+    for line in out.stdout.strip().splitlines()[-len(ops):]:
+        row = json.loads(line)
+        row["added_mb"] = row["peak_mb"] - row["before_mb"]
+        rows[row["op"]] = row
+    return rows
 
 
 def main() -> None:
@@ -157,7 +164,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "memory_budget.txt")
     ap.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), help="operations to measure (default: all)")
     ap.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
+    ap.add_argument("--smoke", action="store_true", help="1,000 digits x 2 and 3 angles only, one round, every "
+                    "operation in one process per size, nothing written (the test suite runs this)")
     args = ap.parse_args()
+    families = {"elements": (2, 3)} if args.smoke else FAMILIES
+    if args.smoke:
+        args.repeats, args.families, args.out = 1, ["elements"], None
     ops = [op for op in OPS if op in args.ops]
     if ops and ops[0] != "evaluate":
         ops = ["evaluate", *ops]  # the other operations read the store evaluate writes
@@ -165,13 +177,14 @@ def main() -> None:
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            for family, sizes in FAMILIES.items():
+            for family, sizes in families.items():
                 if family not in args.families:
                     continue
                 for size in sizes:
                     home = Path(tmp) / f"{family}-{size}-{r}"
-                    for op in ops:
-                        row = child(op, family, size, home)
+                    got = child(ops, family, size, home) if args.smoke else \
+                        {op: child([op], family, size, home)[op] for op in ops}
+                    for op, row in got.items():
                         results.setdefault((op, family, size), []).append(row)
                         print(f"round {r + 1}: {op:9s} {family:8s} {size:6d}: added {row['added_mb']:7.1f} MB "
                               f"in {row['seconds']:6.1f} s", flush=True)
@@ -183,7 +196,7 @@ def main() -> None:
                  f"{'ratio':>6s} {'spread':>11s} | {'traced small':>12s} {'large':>7s} {'ratio':>6s} | "
                  f"{'s small':>7s} {'s large':>7s}")
     for op in ops:
-        for family, (a, b) in FAMILIES.items():
+        for family, (a, b) in families.items():
             if family not in args.families:
                 continue
             ra, rb = results[(op, family, a)], results[(op, family, b)]
@@ -200,8 +213,9 @@ def main() -> None:
                      f"{1000 * min(x['cached_s'] for x in agg):.1f} ms (open + read from the catalog)")
     text = "\n".join(lines)
     print("\n" + text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
 
 
 if __name__ == "__main__":
