@@ -324,3 +324,55 @@ def test_resampled_dataset_metrics_equal_compute_on_the_repeated_samples(ground_
         want = Task.compute_resampled(task, states, 1, counts, metric)
         assert got.shape == (12, 2)
         np.testing.assert_allclose(got, want, atol=1e-9, err_msg=metric)
+
+
+def _read_one_by_one(raw):
+    """Plain reference for read_detections: per image, sort by decreasing score (stable), pad
+    with zero boxes, label -1, score -inf; valid = a real row with label >= 0 and a finite score."""
+    rows = []
+    for d in raw:
+        b = np.asarray(d["boxes"], np.float32).reshape(-1, 4)
+        sc = np.asarray(d["scores"], np.float32).reshape(-1) if "scores" in d else np.ones(len(b), np.float32)
+        lab = np.asarray(d["labels"], np.int64).reshape(-1) if "labels" in d else np.zeros(len(b), np.int64)
+        order = sorted(range(len(sc)), key=lambda i: (0 if np.isnan(sc[i]) else 1, -sc[i] if not np.isnan(sc[i]) else 0))
+        rows.append((b[order], sc[order], lab[order]))
+    n = max((len(r[0]) for r in rows), default=0)
+    xyxy = np.zeros((len(rows), n, 4), np.float32)
+    scores = np.full((len(rows), n), -np.inf, np.float32)
+    labels = np.full((len(rows), n), -1, np.int64)
+    valid = np.zeros((len(rows), n), bool)
+    for i, (b, sc, lab) in enumerate(rows):
+        for j in range(len(b)):
+            xyxy[i, j], scores[i, j], labels[i, j] = b[j], sc[j], lab[j]
+            valid[i, j] = lab[j] >= 0 and np.isfinite(sc[j])
+    return xyxy, scores, labels, valid
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_read_detections_pads_and_sorts_all_images_at_once_as_one_by_one(ragged):
+    """The batched padding and sort equal a per-image loop: ties keep the model's order, a model's
+    own padding rows (label -1, score -inf) stay invalid, empty images are all padding."""
+    from orbitscope.kinds import read_detections
+
+    rng = np.random.default_rng(5)
+    raw = []
+    for i in range(40):
+        n = int(rng.integers(0, 7)) if ragged else 6
+        sc = np.round(rng.uniform(0, 1, n), 1).astype(np.float32)  # rounded: many ties
+        lab = rng.integers(0, 4, n)
+        if n > 2 and i % 3 == 0:
+            sc[-1], lab[-1] = -np.inf, -1  # a model's padding row
+        if n > 3 and i % 5 == 0:
+            sc[1] = np.inf
+        box = rng.uniform(0, 50, (n, 4)).astype(np.float32)
+        d = {"boxes": torch.from_numpy(box) if i % 2 else box, "scores": torch.from_numpy(sc), "labels": torch.from_numpy(lab)}
+        if i % 7 == 6:
+            del d["labels"]
+        raw.append(d)
+    got = read_detections(raw)
+    xyxy, scores, labels, valid = _read_one_by_one(raw)
+    assert np.array_equal(got.xyxy.numpy(), xyxy)
+    assert np.array_equal(got.scores.numpy(), scores)
+    assert np.array_equal(got.labels.numpy(), labels)
+    assert np.array_equal(got.valid.numpy(), valid)
+    assert read_detections([{"boxes": np.zeros((0, 4))}] * 3).xyxy.shape == (3, 0, 4)

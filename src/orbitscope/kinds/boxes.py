@@ -249,30 +249,48 @@ def fuse_boxes(rows: Boxes, n_elements: int, n_samples: int, weights: Sequence[f
 def read_detections(raw: Sequence[Any]) -> Boxes:
     """torchvision-style detections (a list, one dict per image, with ``boxes`` (n, 4) xyxy,
     ``scores`` (n,) and ``labels`` (n,)) -> a padded :class:`Boxes` with ``scores``, each image's
-    boxes sorted by decreasing score (padding rows are invalid, score -inf; so are rows a model
-    padded itself, with label -1 or a non-finite score)."""
+    boxes sorted by decreasing score (stable: equal scores keep the model's order; padding rows
+    are invalid, score -inf; so are rows a model padded itself, with label -1 or a non-finite
+    score). The images are padded into one tensor and sorted together (one batched sort)."""
     if not isinstance(raw, (list, tuple)) or not all(isinstance(d, dict) for d in raw):
         raise DataError(f"detections must be a list with one dict per image, got {type(raw).__name__}")
-    rows = []
+    boxes, scores, labels = [], [], []
     for i, d in enumerate(raw):
         if "boxes" not in d:
             raise DataError(f"detection output {i} has no 'boxes' (keys {sorted(d)})")
         b = torch.as_tensor(d["boxes"], dtype=torch.float32).reshape(-1, 4)
-        sc = torch.as_tensor(d.get("scores", torch.ones(len(b))), dtype=torch.float32).reshape(-1)
-        lab = torch.as_tensor(d.get("labels", torch.zeros(len(b))), dtype=torch.int64).reshape(-1)
+        sc = torch.as_tensor(d["scores"], dtype=torch.float32).reshape(-1) if "scores" in d else torch.ones(len(b))
+        lab = (torch.as_tensor(d["labels"], dtype=torch.int64).reshape(-1) if "labels" in d
+               else torch.zeros(len(b), dtype=torch.int64))
         if not (len(b) == len(sc) == len(lab)):
             raise DataError(f"detection output {i}: {len(b)} boxes, {len(sc)} scores, {len(lab)} labels")
-        order = torch.argsort(sc, descending=True, stable=True)
-        rows.append((b[order], sc[order], lab[order]))
-    n = max((len(r[0]) for r in rows), default=0)
-    xyxy = torch.zeros(len(rows), n, 4)
-    scores = torch.full((len(rows), n), -torch.inf)
-    labels = torch.full((len(rows), n), -1, dtype=torch.int64)
-    valid = torch.zeros(len(rows), n, dtype=torch.bool)
-    for i, (b, sc, lab) in enumerate(rows):
-        real = (lab >= 0) & torch.isfinite(sc)  # rows with label -1 or score -inf/NaN are a model's padding
-        xyxy[i, : len(b)], scores[i, : len(b)], labels[i, : len(b)], valid[i, : len(b)] = b, sc, lab, real
-    return Boxes(xyxy, labels, valid, scores)
+        boxes.append(b)
+        scores.append(sc)
+        labels.append(lab)
+    lengths = [len(b) for b in boxes]
+    n, r = max(lengths, default=0), len(boxes)
+    if r == 0 or n == 0:
+        return Boxes(torch.zeros(r, n, 4), torch.full((r, n), -1, dtype=torch.int64), torch.zeros(r, n, dtype=torch.bool),
+                     torch.full((r, n), -torch.inf))
+    device = torch.device("cpu")  # as before: detections are read on the CPU
+    if min(lengths) == n:  # every image the same number of detections (e.g. a fixed top-k): no padding
+        xyxy, sc, lab = (torch.stack([t.to(device) for t in ts]) for ts in (boxes, scores, labels))
+    else:
+        count = torch.as_tensor(lengths, device=device)
+        row = torch.repeat_interleave(torch.arange(r, device=device), count)
+        col = torch.arange(len(row), device=device) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+        xyxy = torch.zeros(r, n, 4, device=device)
+        sc = torch.full((r, n), -torch.inf, device=device)
+        lab = torch.full((r, n), -1, dtype=torch.int64, device=device)
+        xyxy[row, col] = torch.cat([t.to(device) for t in boxes])
+        sc[row, col] = torch.cat([t.to(device) for t in scores])
+        lab[row, col] = torch.cat([t.to(device) for t in labels])
+    # padding scores are -inf and come last: a stable sort keeps a real -inf before them
+    order = torch.argsort(sc, dim=1, descending=True, stable=True)
+    xyxy, sc, lab = xyxy.gather(1, order[..., None].expand(r, n, 4)), sc.gather(1, order), lab.gather(1, order)
+    filled = torch.arange(n, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+    valid = filled & (lab >= 0) & torch.isfinite(sc)  # label -1 or score -inf/NaN: a model's padding
+    return Boxes(xyxy, torch.where(filled, lab, -1), valid, torch.where(filled, sc, -torch.inf))
 
 
 class BoxesKind(Kind):
