@@ -141,3 +141,31 @@ def test_whole_pixel_shifts_of_a_window_and_an_image_are_exact_crops(padding):
                         assert np.array_equal(g, want), (view, tx, ty, b)
                     else:
                         np.testing.assert_allclose(g, want, atol=1e-5)
+
+
+def test_flow_rows_in_runs_of_one_element_equal_numpy_d4_per_row():
+    """Issue 35: a paired flow action over element-major rows (each element's rows one run) warps
+    once per run; bit for bit NERO's 16 fields per row (seeds.md: numpy rot90 / flips of the grid,
+    the signed permutation of (u, v), negation under time reversal), and a 30° run equals the
+    per-row warp."""
+    gen = torch.Generator().manual_seed(3)
+    t = d4_time_reversal().transforms()
+    n = 3
+    rows = t.repeat_interleave(n)
+    flow = torch.randn(len(rows), 2, 6, 6, generator=gen)
+    got = transform_flow(flow, rows, layout="paired")
+    grid = [lambda a: a, lambda a: np.swapaxes(a[..., ::-1, ::-1], -1, -2), lambda a: np.rot90(a, 1, (-2, -1)),
+            lambda a: a[..., :, ::-1], lambda a: np.rot90(a, 2, (-2, -1)), lambda a: np.swapaxes(a, -1, -2),
+            lambda a: np.rot90(a, 3, (-2, -1)), lambda a: a[..., ::-1, :]]
+    vec = [[[1, 0], [0, 1]], [[0, -1], [-1, 0]], [[0, 1], [-1, 0]], [[-1, 0], [0, 1]], [[-1, 0], [0, -1]],
+           [[0, 1], [1, 0]], [[0, -1], [1, 0]], [[1, 0], [0, -1]]]
+    for r in range(len(rows)):
+        reversed_, d = divmod(r // n, 8)
+        f = grid[d](flow[r].numpy())
+        want = np.einsum("ij,jyx->iyx", np.array(vec[d], np.float32), f) * (-1 if reversed_ else 1)
+        assert np.array_equal(got[r].numpy(), want.astype(np.float32)), r
+    turn = Rotation([30.0, 0.0]).transforms()
+    mixed = Transforms.concat([turn[[0, 0, 0]], turn[[1, 1]], rows[:4]])
+    f = torch.randn(len(mixed), 2, 6, 6, generator=gen)
+    one_by_one = torch.cat([transform_flow(f[[r]], mixed[[r]], layout="paired") for r in range(len(mixed))])
+    assert torch.equal(transform_flow(f, mixed, layout="paired"), one_by_one)

@@ -39,11 +39,31 @@ def transform_flow(
     if flow.ndim != 4 or flow.shape[1] != 2:
         raise ValueError(f"flow must have shape (B, 2, H, W) with (u, v) channels, got {tuple(flow.shape)}")
     geo = Transforms.create(len(t), linear=t.linear, shift=t.shift)
-    warped = warp_images(flow, geo, layout=layout, interpolation=interpolation, padding=padding, clip=False)
+    if layout == "paired":
+        warped = _warp_rows(flow, geo, interpolation=interpolation, padding=padding)
+    else:
+        warped = warp_images(flow, geo, layout=layout, interpolation=interpolation, padding=padding, clip=False)
     lin = torch.as_tensor(t.linear * np.where(t.time_reversed, -1.0, 1.0)[:, None, None], dtype=flow.dtype, device=flow.device)
     if layout == "orbit":
         return torch.einsum("kij,kbjhw->kbihw", lin, warped)
     return torch.einsum("bij,bjhw->bihw", lin, warped)
+
+
+def _warp_rows(flow: Tensor, geo: Transforms, *, interpolation: Interpolation, padding: Padding) -> Tensor:
+    """Row ``r`` of ``flow`` warped by element ``r`` of ``geo`` (layout "paired"), one warp per
+    run of consecutive rows under the same element (rows of an orbit evaluation are element-major:
+    each element's rows form one run; a warp per row costs a pixel-index computation per row).
+    Equal, value for value, to warping row by row: each output pixel reads the same source pixels
+    with the same weights."""
+    key = np.concatenate([np.asarray(geo.linear, np.float64).reshape(len(geo), -1), np.asarray(geo.shift, np.float64)], 1)
+    starts = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1)])
+    if len(starts) == len(geo):  # every row its own element: the per-row warp
+        return warp_images(flow, geo, layout="paired", interpolation=interpolation, padding=padding, clip=False)
+    out = flow.new_empty(flow.shape)
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), len(geo)]):
+        out[lo:hi] = warp_images(flow[lo:hi], geo[[lo]], layout="orbit", interpolation=interpolation,
+                                 padding=padding, clip=False)[0]
+    return out
 
 
 class FlowKind(Kind):

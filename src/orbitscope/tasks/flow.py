@@ -172,7 +172,9 @@ class Flow(Task):
         return {"consensus_flow": target.detach().float().cpu().numpy()}
 
     def read_outputs(self, raw: Any) -> Tensor:
-        """A flow tensor (B, 2, H', W'); a dict's ``flow``/``out`` entry; a tuple's first."""
+        """A flow tensor (B, 2, H', W'); a dict's ``flow``/``out`` entry; a tuple's first. Returned
+        in the default (contiguous) memory layout: a channels-last field (the optimised model's
+        output) would make every per-pixel error map and check after it several times slower."""
         if isinstance(raw, dict):
             raw = raw.get("flow", raw.get("out"))
         if isinstance(raw, (tuple, list)) and raw and isinstance(raw[0], Tensor):
@@ -181,7 +183,7 @@ class Flow(Task):
             shape = tuple(raw.shape) if isinstance(raw, Tensor) else type(raw).__name__
             raise ModelError(f"a flow estimator must return (batch, 2, H, W) fields (u, v) in pixels per frame, got "
                              f"{shape}")
-        return raw
+        return raw.contiguous()
 
     def score(self, outputs: Tensor, targets: Tensor, g: Transforms | None = None) -> dict[str, Tensor]:
         if len(outputs) != len(targets):
