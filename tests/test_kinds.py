@@ -169,3 +169,34 @@ def test_flow_rows_in_runs_of_one_element_equal_numpy_d4_per_row():
     f = torch.randn(len(mixed), 2, 6, 6, generator=gen)
     one_by_one = torch.cat([transform_flow(f[[r]], mixed[[r]], layout="paired") for r in range(len(mixed))])
     assert torch.equal(transform_flow(f, mixed, layout="paired"), one_by_one)
+
+
+def test_frames_of_reversed_slices_equal_numpy_d4_and_frame_swap():
+    """Issue 35: a slice of elements that all reverse time swaps the B input pairs before the warp
+    (not the K·B warped ones); bit for bit NERO's transformed pairs (seeds.md: numpy rot90 / flips
+    of each frame, the two frames swapped under time reversal), for all-reversed, mixed and
+    forward slices, in both layouts."""
+    from orbitscope.kinds import transform_frames
+
+    gen = torch.Generator().manual_seed(4)
+    t = d4_time_reversal().transforms()
+    x = torch.rand(3, 2, 1, 6, 6, generator=gen)
+    grid = [lambda a: a, lambda a: np.swapaxes(a[..., ::-1, ::-1], -1, -2), lambda a: np.rot90(a, 1, (-2, -1)),
+            lambda a: a[..., :, ::-1], lambda a: np.rot90(a, 2, (-2, -1)), lambda a: np.swapaxes(a, -1, -2),
+            lambda a: np.rot90(a, 3, (-2, -1)), lambda a: a[..., ::-1, :]]
+
+    def want(k: int, b: int) -> np.ndarray:
+        reversed_, d = divmod(k, 8)
+        pair = grid[d](x[b].numpy())
+        return np.ascontiguousarray(pair[::-1] if reversed_ else pair)
+
+    for ks in (range(8, 12), range(12, 16), range(6, 10), range(0, 4), range(16)):
+        got = transform_frames(x, t[list(ks)], layout="orbit")
+        for i, k in enumerate(ks):
+            for b in range(3):
+                assert np.array_equal(got[i, b].numpy(), want(k, b)), (k, b)
+    for ks in ([9, 9, 9], [3, 12, 8]):
+        got = transform_frames(x, t[ks], layout="paired")
+        for b, k in enumerate(ks):
+            assert np.array_equal(got[b].numpy(), want(k, b)), (k, b)
+    assert torch.equal(x, torch.rand(3, 2, 1, 6, 6, generator=torch.Generator().manual_seed(4)))  # input untouched

@@ -25,9 +25,12 @@ def transform_frames(frames: Tensor, t: Transforms, *, layout: Layout = "orbit",
     if frames.ndim != 5:
         raise ValueError(f"frames must have shape (B, T, C, H, W), got {tuple(frames.shape)}")
     b, nt, c, h, w = frames.shape
+    reverse_all = bool(t.time_reversed.all()) and bool(np.all(t.contrast == 1.0))
+    if reverse_all:  # every element reverses time: reverse the B inputs, not the K·B warped ones
+        frames = frames.flip(-4)  # (contrast acts about the mean over all frames: summed in the given order)
     warped = warp_images(frames.reshape(b, nt * c, h, w), t, layout=layout, **kwargs)  # type: ignore[arg-type]
     warped = warped.reshape(*warped.shape[:-3], nt, c, h, w)
-    if not t.time_reversed.any():
+    if reverse_all or not t.time_reversed.any():
         return warped
     rev = torch.as_tensor(t.time_reversed, device=frames.device)
     rev = rev.reshape(-1, *([1] * (warped.ndim - 1))) if layout == "orbit" else rev.reshape(-1, 1, 1, 1, 1)
