@@ -75,6 +75,36 @@ def test_points_and_boxes_obey_the_group_law(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_points_equal_a_plain_loop_with_and_without_shifts(device):
+    """transform_points against a loop over elements and points (``p -> L p + t``, float64),
+    for pure rotations (where the zero shift is not added) and for elements with shifts; pure
+    rotations also bit for bit the former ``einsum + shift`` with the zero shift added."""
+    gen = torch.Generator().manual_seed(5)
+    pts = torch.randn(3, 11, 3, generator=gen).to(device)
+    rot = SO3Grid(7).transforms()
+    lin = rot.linear
+    shifted = Transforms.create(linear=lin, shift=np.random.default_rng(5).normal(size=(len(lin), 3)), dim=3)
+    planar = Translation([3, -1], [2, 5]).transforms()  # planar shifts embed as (tx, ty, 0)
+    for t in (rot, shifted, planar):
+        lin3, shift3 = t.embedded(3)
+        p64 = pts.double().cpu().numpy()
+        want = np.empty((len(t), *p64.shape))
+        for k in range(len(t)):
+            for b in range(p64.shape[0]):
+                for n in range(p64.shape[1]):
+                    want[k, b, n] = lin3[k] @ p64[b, n] + shift3[k]
+        got = transform_points(pts, t)
+        assert got.shape == want.shape and got.dtype == torch.float32
+        np.testing.assert_allclose(got.cpu().numpy(), want, atol=1e-5, rtol=0)
+        n = min(len(t), len(pts))  # paired: sample b under element b
+        paired = transform_points(pts[:n], t[:n], layout="paired")
+        np.testing.assert_allclose(paired.cpu().numpy(), want[np.arange(n), np.arange(n)], atol=1e-5, rtol=0)
+    old = torch.einsum("kij,bnj->kbni", torch.as_tensor(lin, dtype=torch.float32, device=device), pts) \
+        + torch.zeros(len(lin), 3, device=device)[:, None, None, :]
+    assert torch.equal(transform_points(pts, rot), old)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_window_equals_warp_then_centre_crop(device):
     gen = torch.Generator().manual_seed(3)
     ctx = torch.rand(3, 2, 20, 20, generator=gen).to(device)

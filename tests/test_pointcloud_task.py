@@ -195,6 +195,46 @@ def test_minmax_over_classes_ties_near_ties_and_non_finite_rows() -> None:
     np.testing.assert_allclose(minmax_over_classes(torch.log_softmax(z, -1) * 3.0, y).numpy(), want, atol=1e-5)
 
 
+def _nero_score_float32_loop(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """seeds.md §4 per row in Python floats (IEEE double), with orbitscope's stated conventions
+    (minmax_over_classes' docstring): NaN for a row with a non-finite logit, 0.5 for a row whose
+    classes all tie, exactly 1 where the true class holds the largest logit, else the quotient
+    kept in [0, the float32 just below 1]; then rounded to float32."""
+    below_one = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
+    out = np.empty(len(logits), np.float32)
+    for r, row in enumerate(logits.tolist()):
+        if not all(math.isfinite(v) for v in row):
+            out[r] = np.nan
+            continue
+        lo, hi, true = min(row), max(row), row[int(labels[r])]
+        if hi == lo:
+            out[r] = 0.5
+        elif true >= hi:
+            out[r] = 1.0
+        else:
+            out[r] = np.float32(min(max((true - lo) / (hi - lo), 0.0), below_one))
+    return out
+
+
+@pytest.mark.parametrize("rows", [64, 5000])
+def test_minmax_over_classes_equals_a_plain_row_loop_bit_for_bit(rows: int) -> None:
+    """The vectorised score (one min/max pass per batch of rows) against a per-row loop, bit for
+    bit, on rows with ties, near ties, tied rows, huge spreads and non-finite logits; 5,000 rows
+    reach the kernels' multi-threaded paths."""
+    gen = np.random.default_rng(rows)
+    z = gen.normal(size=(rows, 5)).astype(np.float32) * gen.choice([1e-3, 1.0, 1e4], size=(rows, 1)).astype(np.float32)
+    z[::7] = np.round(z[::7])  # integer logits: ties, the true class among them
+    z[3::11, 2] = np.nextafter(z[3::11, 1], np.float32(np.inf))  # near ties
+    z[5::13] = 2.5  # every class tied
+    z[6::17, 0], z[7::19, 3], z[8::23, 4] = np.inf, -np.inf, np.nan
+    labels = gen.integers(0, 5, size=rows)
+    labels[::7] = np.argmax(z[::7], 1)  # the true class holds the top (sometimes tied)
+    got = minmax_over_classes(torch.from_numpy(z), torch.from_numpy(labels)).numpy()
+    want = _nero_score_float32_loop(z, labels)
+    assert got.dtype == np.float32 and np.isnan(want).sum() > 0 and (want == 1).sum() > 0 and (want == 0.5).sum() > 0
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 class SoftmaxOut(nn.Module):
     """Returns the softmax of fixed logits, (optionally) made to underflow for some rows."""
 

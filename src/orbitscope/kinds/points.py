@@ -23,19 +23,25 @@ from .base import Kind, Layout, as_float_tensor, check_layout, register_kind
 __all__ = ["transform_keypoints", "transform_points", "KeypointsKind", "PointsKind", "apply_points"]
 
 
-def _lin_shift(t: Transforms, like: Tensor, dim: int = 2) -> tuple[Tensor, Tensor]:
+def _lin_shift(t: Transforms, like: Tensor, dim: int = 2) -> tuple[Tensor, Tensor | None]:
+    """The elements' linear parts and shifts as tensors like ``like``; the shift is None when
+    every element's is 0 (pure rotations, e.g. every 3-D sample): adding it would only cost a
+    pass over the rows (``x + 0.0 == x``)."""
     lin, shift = t.embedded(dim)
     return (
         torch.as_tensor(lin, dtype=like.dtype, device=like.device),
-        torch.as_tensor(shift, dtype=like.dtype, device=like.device),
+        None if not np.any(shift) else torch.as_tensor(shift, dtype=like.dtype, device=like.device),
     )
 
 
-def apply_points(p: Tensor, lin: Tensor, shift: Tensor, layout: Layout) -> Tensor:
-    """p (B, N, d); lin (K, d, d); shift (K, d) -> (K, B, N, d) for "orbit" or (B, N, d) for "paired"."""
+def apply_points(p: Tensor, lin: Tensor, shift: Tensor | None, layout: Layout) -> Tensor:
+    """p (B, N, d); lin (K, d, d); shift (K, d) or None (no shift) -> (K, B, N, d) for "orbit"
+    or (B, N, d) for "paired"."""
     if layout == "orbit":
-        return torch.einsum("kij,bnj->kbni", lin, p) + shift[:, None, None, :]
-    return torch.einsum("bij,bnj->bni", lin, p) + shift[:, None, :]
+        moved = torch.einsum("kij,bnj->kbni", lin, p)
+        return moved if shift is None else moved + shift[:, None, None, :]
+    moved = torch.einsum("bij,bnj->bni", lin, p)
+    return moved if shift is None else moved + shift[:, None, :]
 
 
 def transform_keypoints(points: Tensor, t: Transforms, image_size: tuple[int, int], *, layout: Layout = "orbit",
