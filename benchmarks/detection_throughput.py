@@ -60,7 +60,7 @@ from orbitscope.data.coco import DetectionSet
 from orbitscope.data.scenes import digit_scenes
 from orbitscope.models.centre_detector import CentreDetector
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
-                      format_table, header, interleaved, results_path, sync)
+                      format_table, header, interleaved, write_results, sync)
 
 VIEW, MAX_SHIFT = 128, 64
 ORBIT = "window-shift:-64:60:4"
@@ -309,11 +309,7 @@ def main() -> None:
     say(f"\n# total wall time {time.perf_counter() - started:.0f} s; load average (1 min) {load_before} before, "
         f"{_loadavg()} after (other processes share these cores)")
 
-    out = results_path(args, None)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(_lines) + "\n")
-        print(f"wrote {out}")
+    write_results(args, _lines)
     if not ok:
         raise SystemExit("(a) and (c) disagree: see the agreement line")
 

@@ -42,7 +42,7 @@ from orbitscope.group.parse import parse_orbit
 from orbitscope.kinds import get_kind
 from orbitscope.models import FlowCNN
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
-                      format_table, header, interleaved, results_path, sync)
+                      format_table, header, interleaved, write_results, sync)
 
 FORWARD_SIZES = (16, 32, 64, 128, 256)  # batch sizes the forward alone is timed at; the best is kept
 
@@ -198,11 +198,7 @@ def main() -> None:
     say(f"agreement (a) vs (c), EPE per pair and element: max |d| = {diff.max():.2e} px "
         f"({'OK' if ok else 'MISMATCH'}; mean EPE {first['defaults'].mean():.3f} px)")
     say(f"# total wall time {time.perf_counter() - started:.0f} s")
-    out = results_path(args, None)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(_lines) + "\n")
-        print(f"wrote {out}")
+    write_results(args, _lines)
     if not ok:
         raise SystemExit("(a) and (c) disagree: see the agreement line")
 

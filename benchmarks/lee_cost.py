@@ -38,7 +38,8 @@ from orbitscope.models.flow_cnn import FlowCNN
 from orbitscope.models.point_nets import PointNet
 from orbitscope.models.reference import ReferenceCNN
 from orbitscope.tasks import Classification, Flow, PointCloudClassification
-from roofline import Row, add_common_arguments, conv_peak_gflops, flops_per_input, format_table, interleaved, results_path, sync
+from roofline import (Row, add_common_arguments, conv_peak_gflops, flops_per_input, format_table, interleaved, sync,
+                      write_results)
 
 _lines: list[str] = []
 
@@ -126,11 +127,7 @@ def main() -> None:
         probed = f"{best['c'] / best['bp']:.2f} (16 probes)" if case["probes"] else "n/a (16 probes)"
         say(f"  LEE / orbit = {best['c'] / best['a']:.3f}   LEE+layers / orbit = {best['c'] / best['b']:.2f} (exact), "
             f"{probed}   LEE / forward = {best['d'] / best['a']:.1f}   (ratios of times per sample)")
-    out = results_path(args, None)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(_lines) + "\n", encoding="utf-8")
-        say(f"\nwrote {out}")
+    write_results(args, _lines)
 
 
 if __name__ == "__main__":

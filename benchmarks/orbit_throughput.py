@@ -57,7 +57,7 @@ from orbitscope.models import NeroCNN, ReferenceCNN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline.py, also when imported by the memory child
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch,  # noqa: E402
-                      flops_per_input, format_table, interleaved, results_path, sync)
+                      flops_per_input, format_table, interleaved, write_results, sync)
 
 ANGLES = np.arange(0.0, 360.0, 5.0)  # 72 distinct angles, as in the measurement
 FORWARD_SIZES = (32, 64, 128, 256, 512)  # batch sizes the forwards alone are timed at; the best is kept
@@ -313,11 +313,7 @@ def main() -> None:
         if len(mem) == 2:
             lines.append(f"  memory added by evaluate, {sizes[1]:,} vs {sizes[0]:,} images: ratio {added[1] / added[0]:.3f}")
         print("\n".join(lines[first_memory_line:]))
-    out = results_path(args, None)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(lines) + "\n")
-        print(f"\nwrote {out}")
+    write_results(args, lines)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ from orbitscope.group.so3 import NeroSO3
 from orbitscope.models.point_nets import PointNet
 from orbitscope.tasks import PointCloudClassification
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
-                      format_table, header, interleaved, results_path, sync)
+                      format_table, header, interleaved, write_results, sync)
 
 FORWARD_SIZES = (32, 64, 128, 256, 512)  # batch sizes the forward alone is timed at; the best is kept
 SMOKE_NAIVE = 200  # --smoke: the naive loop runs the first elements only (its rate is per element)
@@ -238,11 +238,7 @@ def main() -> None:
             say(f"  {spec:12s} {m['size']:5d} rotations: peak {m['peak_mb']:7.1f} MB, "
                 f"+{m['peak_mb'] - m['before_mb']:6.1f} MB during evaluate")
     say(f"# total wall time {time.perf_counter() - started:.0f} s")
-    out = results_path(args, None)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(_lines) + "\n")
-        print(f"wrote {out}")
+    write_results(args, _lines)
     if not ok:
         raise SystemExit("(a) and (c) disagree: see the agreement line")
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["add_common_arguments", "conv_peak_gflops", "flops_per_input", "interleaved", "Row", "format_table",
+__all__ = ["add_common_arguments", "write_results", "conv_peak_gflops", "flops_per_input", "interleaved", "Row", "format_table",
            "sync", "best_batch", "engine_forward_batch", "results_path", "header"]
 
 
@@ -44,6 +44,17 @@ def results_path(args: argparse.Namespace, default: str | Path | None) -> Path |
         return None
     out = getattr(args, "out", default)
     return Path(out) if out else None
+
+
+def write_results(args: argparse.Namespace, lines: Sequence[str]) -> Path | None:
+    """Write ``lines`` to :func:`results_path` (nothing in ``--smoke`` mode or without ``--out``);
+    the path written, or None."""
+    out = results_path(args, None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+    return out
 
 
 def header(peak_gflops: float, flops: float, unit: str, device: torch.device | str,
