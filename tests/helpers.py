@@ -1,5 +1,7 @@
 """Small fixed models shared by the tests (imported as ``from helpers import ...``)."""
 
+from typing import Callable
+
 import numpy as np
 import torch
 from torch import nn
@@ -105,3 +107,16 @@ def plotly_array(value: object) -> np.ndarray:
             arr = arr.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
         return arr
     return np.asarray(value)
+
+
+def interrupt_after(calls: int) -> Callable[[int, "int | None"], None]:
+    """A progress callback for ``evaluate`` that raises KeyboardInterrupt on its ``calls``-th call
+    (after that many chunks are written): an interrupted run, through the public API."""
+    seen: list[int] = []
+
+    def progress(done: int, n: int | None) -> None:
+        seen.append(done)
+        if len(seen) == calls:
+            raise KeyboardInterrupt
+
+    return progress

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 import orbitscope as osc
+
+from helpers import interrupt_after
 from orbitscope.engine import batch_probe
 from orbitscope.engine.batch_probe import probe_candidates, probe_forward_batch, worth_probing
 from orbitscope.engine.model_call import ModelCall
@@ -87,15 +89,8 @@ def test_a_resumed_run_keeps_the_batch_it_started_with(tmp_path) -> None:
     torch.manual_seed(1)
     model = osc.ReferenceCNN().eval()
     orbit = osc.Rotation(range(0, 360, 30))
-    seen: list[int] = []
-
-    def stop_after_two(done: int, n: int | None) -> None:
-        seen.append(done)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
         osc.evaluate(model, data, orbit, osc.Classification(), store=tmp_path, forward_batch=48, batch_size=10,
-                     progress=stop_after_two)
+                     progress=interrupt_after(2))
     again = osc.evaluate(model, data, orbit, osc.Classification(), store=tmp_path, batch_size=10)
     assert again.result.attrs["forward_batch"] == 48

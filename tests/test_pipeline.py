@@ -14,6 +14,8 @@ import orbitscope as osc
 from orbitscope.engine.pipeline import BackgroundWriter, prefetched, read_ahead
 from orbitscope.results.store import Store
 
+from helpers import interrupt_after
+
 
 def test_prefetched_reads_ahead_in_order_and_raises_where_it_failed() -> None:
     loaded: list[int] = []
@@ -87,15 +89,8 @@ def test_an_interrupted_evaluation_keeps_its_computed_chunks_and_resumes_identic
     data = (torch.rand(60, 1, 8, 8, generator=g), torch.randint(0, 5, (60,), generator=g))
     net = _Net().eval()
     orbit = osc.Rotation([0, 45, 90])
-    seen: list[int] = []
-
-    def stop_after_two(done: int, n: int | None) -> None:
-        seen.append(done)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-
     with pytest.raises(KeyboardInterrupt):
-        osc.evaluate(net, data, orbit, store=tmp_path / "a", batch_size=10, progress=stop_after_two)
+        osc.evaluate(net, data, orbit, store=tmp_path / "a", batch_size=10, progress=interrupt_after(2))
     store = Store(tmp_path / "a", create=False)
     (rec,) = store.runs()
     assert len(store.done_chunks(rec.run_id)) == 2  # both computed chunks are in the store
