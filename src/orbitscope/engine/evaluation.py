@@ -526,6 +526,7 @@ def plan_run(
         attrs["view_size"] = config["view_size"]
     if source.groups:
         attrs["sample_groups"] = sorted(source.groups)
+    asked_name = name  # as the caller gave it (None: the default name)
     name = name or f"{model_name}-{orbit.kind}"
     options: dict[str, Any] = {"interpolation": interpolation, "padding": padding}
     if view_size is not None:
@@ -577,6 +578,10 @@ def plan_run(
                     log.warning("%s; recomputing the damaged chunks", exc)
                     st.reopen_run(run_id)
                 else:
+                    if asked_name is not None and asked_name != rec.name:  # the earlier run keeps its name and id
+                        log.warning("run %s is reused under its earlier name %r, not %r; to store it under the new "
+                                    "name, evaluate again with --force (resume=False), which recomputes it", run_id,
+                                    rec.name, asked_name)
                     return PlannedRun(run_id, name or f"{model_name}-{orbit.kind}", None, source, set(), seed,
                                       None, attrs, rec.n_samples or 0, rec.n_samples,
                                       reused=Run(loaded, run_id, st, reused=True))
