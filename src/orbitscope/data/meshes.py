@@ -93,12 +93,14 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
 from .subsets import picked_indices, subset_tag
+from .limits import check_data_bytes, check_data_items
 from .specs import register_data_spec
 
 __all__ = [
     "GENERATOR_VERSION", "MESH_CLASSES", "MESH_SOURCES", "MeshSource", "AXIS_SCALE", "TAPER", "BEND",
     "OVERALL_SCALE", "JITTER_SIGMA", "DEFAULT_N_PER_CLASS", "Surface", "sample_surface", "normalise_cloud",
     "deform", "canonical_mesh", "make_cloud", "available_classes", "skipped_meshes", "MeshClouds", "mesh_clouds",
+    "check_cloud_size", "CLOUD_BYTES_PER_POINT",
 ]
 
 #: Version of the cloud generator; part of every ``data_id`` (bump it when clouds change).
@@ -113,6 +115,9 @@ BEND = 0.15
 OVERALL_SCALE = (0.8, 1.2)
 #: Standard deviation of the Gaussian jitter per coordinate (canonical-mesh units).
 JITTER_SIGMA = 0.01
+#: Bytes per point that making one cloud needs at its peak (float64 samples, faces, deformation and
+#: normalisation temporaries: 116 measured with tracemalloc), for :func:`check_cloud_size`.
+CLOUD_BYTES_PER_POINT = 128
 #: Clouds per class when ``n_per_class`` is not given.
 DEFAULT_N_PER_CLASS = {"train": 64, "test": 16}
 _SPLIT_CODE = {"train": 0, "test": 1}
@@ -385,6 +390,24 @@ def _positive_int(what: str, value: Any) -> int:
 
 
 
+def check_cloud_size(n_per_class: int, classes: int, points: int) -> None:
+    """Refuse point-cloud sets over the data limits (:mod:`orbitscope.data.limits`) before allocating:
+    ``n_per_class × classes`` items at most ``$ORBITSCOPE_MAX_DATA_ITEMS``, and the estimated bytes
+    ``n_per_class × classes × points × 12`` (the float32 clouds) ``+ points ×`` :data:`CLOUD_BYTES_PER_POINT`
+    (making one cloud) at most ``$ORBITSCOPE_MAX_DATA_BYTES``. ``n_per_class=0`` checks making one cloud
+    only (a dataset that makes its clouds when asked, e.g. ``modelnet:``).
+
+    Raises:
+        DataError: over a limit; the message names the parameters, the estimate, the limit and how to raise it.
+    """
+    check_data_items(f"n={n_per_class} × {classes} classes", n_per_class * classes, "use a smaller n")
+    what = "the clouds (n × classes × points × 3 float32) and the sampling of one" if n_per_class else \
+        "sampling one cloud (float64 points and their deformation)"
+    check_data_bytes(f"n={n_per_class}, points={points}" if n_per_class else f"points={points}",
+                     n_per_class * classes * points * 12 + points * CLOUD_BYTES_PER_POINT, what,
+                     "use fewer points" + (" or a smaller n" if n_per_class else ""))
+
+
 def make_cloud(name: str, split: str, index: int, points: int = 1024, seed: int = 0) -> np.ndarray:
     """Cloud ``index`` (0-based, within its class) of class ``name`` in ``split``: float32
     (points, 3), made as the module docstring says (deterministic in its arguments)."""
@@ -443,9 +466,10 @@ class MeshClouds(Dataset):
                 canonical_mesh(c)  # explains a skipped class
         if not chosen:
             raise DataError(f"no mesh loaded here ({skipped_meshes()}); reinstall with {_INSTALL}")
+        k = len(chosen)
+        check_cloud_size(n, k, self.points)
         self.split, self.n_per_class, self.seed = split, n, int(seed)
         self.classes: tuple[str, ...] = chosen
-        k = len(chosen)
         order = np.arange(n * k, dtype=np.int64)
         self.labels = order % k
         self.sample_index = order // k

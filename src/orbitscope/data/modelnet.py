@@ -45,7 +45,8 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
 from .subsets import picked_indices, subset_tag
-from .meshes import Surface, normalise_cloud
+from .limits import check_data_bytes
+from .meshes import CLOUD_BYTES_PER_POINT, Surface, normalise_cloud
 from .specs import register_data_spec
 
 __all__ = ["read_off", "read_resampled_txt", "ModelNetFolder", "modelnet_folder", "SPLITS"]
@@ -298,6 +299,9 @@ class ModelNetFolder(Dataset):
         self.files: tuple[Path, ...] = tuple(f for _, f in kept)
         self.labels = np.array([index[c] for c, _ in kept], dtype=np.int64)
         self.cache = bool(cache)
+        kept_bytes = 12 * len(self.files) * self.points if self.cache else 0  # float32 (points, 3) per file
+        check_data_bytes(f"points={self.points}", self.points * CLOUD_BYTES_PER_POINT + kept_bytes, "sampling one cloud"
+                         + (f" and keeping all {len(self.files):,} in memory" if self.cache else ""), "use fewer points")
         self._clouds: dict[Path, np.ndarray] = {}
         self.data_id = f"modelnet:{self.root},split={split},points={self.points}"
         if self.layout == "off":
@@ -433,7 +437,7 @@ def _modelnet_spec(rest: str) -> ModelNetFolder:
                               kw.get("classes"), kw.get("listing"))
     except DataError as exc:
         if "split must" in str(exc) or "points must" in str(exc) or "seed must" in str(exc) \
-                or "listing must" in str(exc):
+                or "listing must" in str(exc) or "over the data limit" in str(exc):
             raise SpecError(str(exc)) from exc
         raise
 

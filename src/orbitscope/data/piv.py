@@ -43,13 +43,15 @@ from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
 from .subsets import subset_tag
+from .limits import check_data_bytes, check_data_items
 from .specs import register_data_spec
 
 __all__ = [
     "FLOW_TYPES", "FlowField", "flow_field", "pixel_centres", "uniform_flow", "shear_flow", "rankine_vortex",
     "lamb_oseen_vortex", "source_sink", "taylor_green", "backward_step", "fourier_turbulence",
     "ParticleOptions", "Particles", "SyntheticPair", "render_particles", "particle_pair", "PIVPairs",
-    "piv_synthetic", "read_flo", "write_flo", "FlowFolder", "flow_folder", "FRAME_EXTENSIONS",
+    "piv_synthetic", "synthetic_pair_bytes", "read_flo", "write_flo", "FlowFolder", "flow_folder",
+    "FRAME_EXTENSIONS",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -572,6 +574,36 @@ def particle_pair(field: FlowField, rng: np.random.Generator | int, options: Par
 
 
 
+def synthetic_pair_bytes(size: Size, options: ParticleOptions, max_displacement: float, turbulence: bool = True
+                         ) -> float:
+    """An upper estimate of the bytes :func:`particle_pair` needs at its peak to make one pair of
+    a :class:`PIVPairs` (checked against ``$ORBITSCOPE_MAX_DATA_BYTES`` before any pair is made).
+
+    With N = density · (W + 2m)(H + 2m) particles (margin m = ⌈2 · max_displacement + d_max⌉), each
+    rendered over a window of K × K pixels (K = 2⌈1.5 d_max⌉ + 3), the estimate is
+    192 · (H + 2p)(W + 2p) + N · (22 K² + 512) bytes (p = K + 1, the render's padding), plus
+    N · (12 n_y + 24 n_x) for the Fourier modes of the ``turbulence`` type when it is drawn
+    (n_x ≈ W / 8, n_y ≈ H / 4). The coefficients bound the tracemalloc peak of 207 measured pairs
+    (every type; 32² to 1,536² pixels; density 0.002 to 0.5; diameter up to 64; max-disp up to 30)
+    with a margin of 1.3 to 11 (the largest for small images with wide margins). Returns ``inf``
+    where the arithmetic overflows.
+    """
+    h, w = _size(size)
+    d_max = float(options.diameter[1])  # type: ignore[index]
+    try:
+        m = math.ceil(2 * float(max_displacement) + d_max)
+        particles = options.density * (w + 2 * m) * (h + 2 * m)
+        k = 2 * (math.ceil(1.5 * d_max) + 1) + 1
+        pad = k + 1
+        total = 192.0 * (h + 2 * pad) * (w + 2 * pad) + particles * (22.0 * k * k + 512)
+        if turbulence:
+            nx, ny = min(w // 8, (w - 1) // 2) + 1, 2 * min(h // 8, (h - 1) // 2) + 1
+            total += particles * (12.0 * ny + 24.0 * nx)
+    except (OverflowError, ValueError):
+        return math.inf
+    return total if math.isfinite(total) else math.inf
+
+
 class PIVPairs(Dataset):
     """Synthetic PIV pairs with exact ground truth: items ``(frames (2, 1, H, W), flow (2, H, W))``
     float32 tensors (module conventions).
@@ -599,6 +631,13 @@ class PIVPairs(Dataset):
         self.size, self.seed, self.flow_types = _size(size), int(seed), types
         self.max_displacement = _positive("max_displacement", max_displacement)
         self.options = options or ParticleOptions()
+        check_data_items(f"n={int(n)}", int(n), "use a smaller n")
+        h, w = self.size
+        check_data_bytes(f"size={h}x{w}, density={_fmt(self.options.density)}, diameter up to "
+                         f"{_fmt(self.options.diameter[1])}, max-disp={_fmt(self.max_displacement)}",  # type: ignore[index]
+                         synthetic_pair_bytes(self.size, self.options, self.max_displacement, "turbulence" in types),
+                         "making one pair (particle windows, frames and flow)",
+                         "use a smaller size, density, diameter or max-disp")
         self.indices = np.arange(int(n), dtype=np.int64)
         h, w = self.size
         self.data_id = (f"piv-synthetic:n={int(n)},size={h}x{w},types={'+'.join(types)},seed={self.seed},"

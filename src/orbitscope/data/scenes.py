@@ -22,13 +22,17 @@ from PIL import Image
 from ..errors import DataError
 from .builtin import mnist_subset
 from .coco import DetectionSet
+from .limits import check_data_bytes, check_data_items
 
-__all__ = ["photo_backgrounds", "digit_scenes", "BACKGROUNDS"]
+__all__ = ["photo_backgrounds", "digit_scenes", "BACKGROUNDS", "SCENE_BYTES_PER_PIXEL"]
 
 #: The photographs used as backgrounds, in this order.
 BACKGROUNDS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry", "hubble_deep_field",
                "china", "flower")
 _ALPHA_EDGE = 0.1
+#: Bytes per pixel of making one scene (float64 RGB canvas and its rounding and clipping temporaries),
+#: for the data limit of :mod:`orbitscope.data.limits`.
+SCENE_BYTES_PER_PIXEL = 96
 
 
 def photo_backgrounds() -> list[np.ndarray]:
@@ -54,11 +58,17 @@ def digit_scenes(n: int, *, size: int = 128, objects: tuple[int, int] = (1, 3), 
     "train", "test" or "all"), so training and test scenes can use different digits."""
     if n < 1 or size < 8:
         raise DataError(f"need n >= 1 scenes of size >= 8, got n={n}, size={size}")
+    check_data_items(f"n={n}", n, "use a smaller n")
+    check_data_bytes(f"n={n}, size={size}", n * 3 * size * size + SCENE_BYTES_PER_PIXEL * size * size,
+                     "the scenes (n × 3 × size² uint8) and the float64 canvas of one", "use a smaller n or size")
     lo, hi = scale
     if not 4 <= lo <= hi <= size:
         raise DataError(f"scale must satisfy 4 <= low <= high <= size ({size}), got {scale}")
     digits = mnist_subset(split)
     backgrounds = photo_backgrounds()
+    side = min(min(bg.shape[:2]) for bg in backgrounds)
+    if size > side:
+        raise DataError(f"size={size} is larger than the smallest background photograph ({side} px): use size <= {side}")
     images, targets, names = [], [], []
     for i in range(n):
         rng = np.random.default_rng([seed, i])

@@ -19,6 +19,7 @@ from ..errors import DataError, SpecError
 from .arrays import ArrayDataset
 from .builtin import fashion_mnist, load_idx_dataset, mnist_subset
 from .folder import ImageFolder
+from .limits import check_data_bytes
 
 __all__ = ["DATA_SPECS", "DataSpecParser", "parse_data_spec", "register_data_spec"]
 
@@ -100,6 +101,27 @@ def _folder_spec(rest: str) -> ImageFolder:
     return ImageFolder(rest)
 
 
+def _declared_npy_bytes(path: str, archive: zipfile.ZipFile, key: str) -> int:
+    """The bytes the header of member ``key`` (``key.npy``) of an npz archive declares, checked
+    against the member's size before numpy allocates them."""
+    info = archive.getinfo(f"{key}.npy")
+    with archive.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(fh)
+        header = fh.tell()
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    declared = count * dtype.itemsize
+    if declared > info.file_size - header:
+        raise DataError(f"{path}: array {key!r} declares shape {tuple(shape)} of {dtype} ({declared:,} bytes) but "
+                        f"holds {max(info.file_size - header, 0):,} bytes (a truncated or damaged file); save it again "
+                        "with np.savez(PATH, x=images, y=labels)")
+    return declared
+
+
 def _load_npz(path: str) -> ArrayDataset:
     p = Path(path).expanduser()
     if p.is_dir():
@@ -119,6 +141,8 @@ def _load_npz(path: str) -> ArrayDataset:
             if missing:
                 raise DataError(f"{path}: npz needs keys 'x' (images) and 'y' (labels); "
                                 f"missing {sorted(missing)}, found {sorted(z.files)}")
+            declared = sum(_declared_npy_bytes(path, z.zip, name) for name in ("x", "y"))
+            check_data_bytes(f"{path}: arrays x and y", declared, "their declared shapes", "save smaller arrays")
             x, y = z["x"], z["y"]
     except DataError:
         raise
