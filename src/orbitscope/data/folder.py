@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
 from .arrays import Indices, to_chw_tensor
 from .idx import PathLike
+from .image_files import open_image, read_image
 from .subsets import subset_tag
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageFolder"]
@@ -20,27 +20,24 @@ __all__ = ["IMAGE_EXTENSIONS", "ImageFolder"]
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 
 
-def _open_image(path: Path) -> Image.Image:
-    """``Image.open`` with a DataError naming the file when it is not a readable image."""
-    try:
-        return Image.open(path)
-    except OSError as exc:  # PIL.UnidentifiedImageError is an OSError
-        raise DataError(f"{path}: not a readable image ({exc}); replace or remove the file") from exc
-
-
 class ImageFolder(Dataset):
     """Images in ``root/<class_name>/<file>.{png,jpg,jpeg,bmp}``, loaded lazily with PIL.
 
     Classes are the sub-directory names sorted (hidden ones skipped); files are sorted
     within each class; extensions are matched case-insensitively. Items are converted
-    to "L" (``grayscale=True``, C=1) or "RGB" (C=3), optionally resized bilinearly to
-    ``size=(H, W)``, and returned as ``(float32 (C, H, W) in [0, 1], int label)``.
-    Without ``size`` all images must share the first image's size; a different one
-    raises ValueError when that item is loaded. ``data_id`` is ``"folder:<abs root>"``.
+    to grey (``grayscale=True``, C=1) or RGB (C=3), optionally resized bilinearly to
+    ``size=(H, W)``, and returned as ``(float32 (C, H, W) in [0, 1], int label)``, read at
+    their depth by :func:`~orbitscope.data.image_files.read_image` (8-bit / 255, 16-bit /
+    65535). Without ``size`` all images must share the first image's size; a different one
+    raises DataError when that item is loaded. ``data_id`` is ``"folder:<abs root>"``.
+
+    Every image's declared size is checked before it is decoded: over ``max_pixels``
+    (width × height; default :data:`~orbitscope.data.image_files.MAX_IMAGE_PIXELS`, 8192²,
+    or ``$ORBITSCOPE_MAX_IMAGE_PIXELS``) it is refused with a DataError naming the file.
     """
 
     def __init__(self, root: PathLike, grayscale: bool = False,
-                 size: tuple[int, int] | None = None) -> None:
+                 size: tuple[int, int] | None = None, max_pixels: int | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
         if self.root.is_file():
             raise NotADirectoryError(f"{self.root} is a file, not an image folder (expected "
@@ -57,6 +54,7 @@ class ImageFolder(Dataset):
                 raise SpecError(f"size must be positive (H, W), got {size}")
         self.grayscale = grayscale
         self.size = size
+        self.max_pixels = max_pixels
         self.classes: list[str] = sorted(
             d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith("."))
         if not self.classes:
@@ -73,7 +71,7 @@ class ImageFolder(Dataset):
         self.data_id = f"folder:{self.root}"
         self._ref_size: tuple[int, int] | None = None  # (W, H) of the first image
         if size is None:
-            with _open_image(self.samples[0][0]) as im:
+            with open_image(self.samples[0][0], max_pixels) as im:
                 self._ref_size = im.size
 
     def __len__(self) -> int:
@@ -81,22 +79,17 @@ class ImageFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
-        with _open_image(path) as im:
-            try:
-                im = im.convert("L" if self.grayscale else "RGB")
-            except OSError as exc:  # truncated or corrupt pixel data
-                raise DataError(f"{path}: cannot decode the image ({exc}); replace or remove the file") from exc
-            if self.size is not None:
-                im = im.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
-            elif im.size != self._ref_size:
-                w, h = im.size
-                rw, rh = self._ref_size  # type: ignore[misc]
-                raise DataError(f"{path} is {h}x{w} (HxW) but {self.samples[0][0]} is {rh}x{rw}; "
-                                "pass size=(H, W) to resize all images")
-            arr = np.asarray(im, dtype=np.uint8)
+        if self.size is None:
+            with open_image(path, self.max_pixels) as im:  # the header only
+                if im.size != self._ref_size:
+                    w, h = im.size
+                    rw, rh = self._ref_size  # type: ignore[misc]
+                    raise DataError(f"{path} is {h}x{w} (HxW) but {self.samples[0][0]} is {rh}x{rw}; "
+                                    "pass size=(H, W) to resize all images")
+        arr = read_image(path, colour=not self.grayscale, size=self.size, max_pixels=self.max_pixels)
         if arr.ndim == 3:
             arr = arr.transpose(2, 0, 1)
-        return to_chw_tensor(arr, 255.0), label
+        return to_chw_tensor(arr, None), label
 
     def subset(self, indices: Indices, data_id: str | None = None) -> ImageFolder:
         """New ImageFolder restricted to ``indices`` (same classes/options; no file I/O)."""

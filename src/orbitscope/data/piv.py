@@ -37,11 +37,11 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from scipy.special import erf
 from torch.utils.data import Dataset
 
 from ..errors import DataError, SpecError
+from .image_files import read_image
 from .subsets import subset_tag
 from .limits import check_data_bytes, check_data_items
 from .specs import register_data_spec
@@ -826,30 +826,13 @@ FRAME_EXTENSIONS = (".png", ".tif", ".tiff", ".bmp", ".jpg", ".jpeg", ".pgm", ".
 _PAIR_SUFFIXES = (("_img1", "_img2"), ("_a", "_b"))
 
 
-def _read_frame(path: Path) -> np.ndarray:
-    """A grey frame (H, W) float32 in [0, 1]: 8-bit / 255, 16-bit / 65535, colour -> luma (PIL "L")."""
-    try:
-        with Image.open(path) as im:
-            if im.mode.startswith("I;16") or im.mode == "I":
-                arr = np.asarray(im).astype(np.float64)
-                if arr.min() < 0 or arr.max() > 65535:
-                    raise DataError(f"{path}: integer pixels outside 0..65535")
-                return (arr / 65535).astype(np.float32)
-            if im.mode == "F":
-                arr = np.asarray(im, np.float32)
-                if not (np.isfinite(arr).all() and arr.min() >= 0 and arr.max() <= 1):
-                    raise DataError(f"{path}: float pixels must lie in [0, 1]")
-                return arr.copy()
-            return np.asarray(im.convert("L"), np.float32) / np.float32(255)
-    except OSError as exc:
-        raise DataError(f"{path}: not a readable image ({exc}); replace or remove the file") from exc
-
-
 class FlowFolder(Dataset):
     """Real image pairs in a folder (see :func:`flow_folder`): items ``(frames (2, 1, H, W), flow
-    (2, H, W))`` float32 tensors, flow all NaN for pairs without ground truth."""
+    (2, H, W))`` float32 tensors, flow all NaN for pairs without ground truth. Frames declaring
+    more than ``max_pixels`` (default :data:`~orbitscope.data.image_files.MAX_IMAGE_PIXELS`) are
+    refused before they are decoded."""
 
-    def __init__(self, root: PathLike, recursive: bool = False) -> None:
+    def __init__(self, root: PathLike, recursive: bool = False, max_pixels: int | None = None) -> None:
         self.root = Path(root).expanduser().absolute()
         if not self.root.is_dir():
             raise (NotADirectoryError if self.root.exists() else FileNotFoundError)(
@@ -877,6 +860,7 @@ class FlowFolder(Dataset):
                             f"(or <stem>_a / <stem>_b; ext one of {', '.join(FRAME_EXTENSIONS)}), ground truth "
                             "optionally in <stem>_flow.flo")
         self.items = items
+        self.max_pixels = max_pixels
         self.data_id = f"flow-folder:{self.root}" + (",recursive" if recursive else "")
         self._ref: tuple[int, int] | None = None
 
@@ -905,7 +889,7 @@ class FlowFolder(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         stem, p1, p2, pf = self.items[index]
-        f1, f2 = _read_frame(p1), _read_frame(p2)
+        f1, f2 = (read_image(p, max_pixels=self.max_pixels) for p in (p1, p2))
         if f1.shape != f2.shape:
             raise DataError(f"{p1} is {f1.shape[0]}x{f1.shape[1]} (HxW) but {p2} is {f2.shape[0]}x{f2.shape[1]}")
         if self._ref is None:
@@ -928,14 +912,17 @@ class FlowFolder(Dataset):
         return new
 
 
-def flow_folder(path: PathLike, recursive: bool = False) -> FlowFolder:
+def flow_folder(path: PathLike, recursive: bool = False, max_pixels: int | None = None) -> FlowFolder:
     """Image pairs ``<stem>_img1.<ext>`` + ``<stem>_img2.<ext>`` (NERO / PIV-LiteFlowNet style, e.g.
     ``backstep_Re1000_00001_img1.tif``; also openpiv's ``<stem>_a`` + ``<stem>_b``), suffixes and
     extensions (:data:`FRAME_EXTENSIONS`) case-insensitive, with optional ground truth
     ``<stem>_flow.flo``. Frames are read as grey in [0, 1] (8-bit / 255, 16-bit / 65535, colour as
-    luma). Pairs without a ``.flo`` are unlabelled: flow all NaN, ``labelled[i]`` False. Sorted by
-    stem; ``recursive`` also searches sub-folders (stems then include the relative folder)."""
-    return FlowFolder(path, recursive)
+    luma; :func:`~orbitscope.data.image_files.read_image`). Pairs without a ``.flo`` are unlabelled:
+    flow all NaN, ``labelled[i]`` False. Sorted by stem; ``recursive`` also searches sub-folders
+    (stems then include the relative folder). A frame declaring more than ``max_pixels`` pixels
+    (width × height; default :data:`~orbitscope.data.image_files.MAX_IMAGE_PIXELS`, 8192², or
+    ``$ORBITSCOPE_MAX_IMAGE_PIXELS``) is refused before it is decoded."""
+    return FlowFolder(path, recursive, max_pixels)
 
 
 def _flow_folder_spec(rest: str) -> FlowFolder:
