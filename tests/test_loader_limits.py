@@ -5,6 +5,7 @@ time cap: exit status 2, one line on stderr naming the file, no traceback."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import struct
@@ -19,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from orbitscope.data import ImageFolder
+from orbitscope.data import ImageFolder, read_idx
 from orbitscope.data.image_files import MAX_IMAGE_PIXELS, MAX_IMAGE_PIXELS_ENV, read_image
 from orbitscope.data.piv import FlowFolder
 from orbitscope.errors import DataError
@@ -200,3 +201,78 @@ def test_8_bit_images_load_bit_identically_to_the_former_reading(tmp_path):
     with Image.open(tmp_path / "k" / "a.png") as im:
         ref = np.asarray(im.convert("L").resize((7, 5), Image.Resampling.BILINEAR), np.uint8)
     np.testing.assert_array_equal(resized[0], ref.astype(np.float32) / np.float32(255))
+
+
+# ----------------------------------------------------------------------------------- defect 9 and the IDX minor
+
+
+def idx_header(dims: list[int], code: int = 0x08) -> bytes:
+    return bytes([0, 0, code, len(dims)]) + struct.pack(f">{len(dims)}I", *dims)
+
+
+def test_a_gzip_idx_declaring_a_huge_size_is_refused_before_inflating(tmp_path):
+    """291 KB of gzip inflating to hundreds of MB, under a header declaring far more: refused from
+    the header alone, under a memory cap far below the inflated size."""
+    path = tmp_path / "bomb-idx3-ubyte.gz"
+    with gzip.open(path, "wb", compresslevel=9) as gz:
+        gz.write(idx_header([60000, 28000, 28]))  # 47 GB declared
+        chunk = bytes(2**22)
+        for _ in range(150):  # 600 MiB of zeros
+            gz.write(chunk)
+    assert path.stat().st_size < 1_000_000
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from orbitscope.data import read_idx
+        from orbitscope.errors import DataError
+        held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (held + 2**28, held + 2**28))  # 256 MiB beyond the imports
+        try:
+            read_idx({str(path)!r})
+        except DataError as exc:
+            print(exc)
+            sys.exit(2)
+    """)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert str(path) in proc.stdout and "47,040,000,000" in proc.stdout, proc.stdout
+    assert time.perf_counter() - t0 < 30
+
+
+def test_a_gzip_idx_whose_stream_is_longer_than_its_header_says_is_refused_without_inflating_it_all(tmp_path):
+    path = tmp_path / "long.gz"
+    with gzip.open(path, "wb") as gz:
+        gz.write(idx_header([2, 3]))
+        gz.write(bytes(6 + 2**24))  # 16 MiB more than declared
+    with pytest.raises(DataError, match=r"long\.gz: oversized IDX payload for shape \(2, 3\) of uint8: expected 6 bytes, found 16777222"):
+        read_idx(path)
+
+
+def test_gzip_idx_size_limit_and_its_override(tmp_path):
+    path = tmp_path / "ok.gz"
+    data = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    with gzip.open(path, "wb") as gz:
+        gz.write(idx_header([2, 3, 4]) + data.tobytes())
+    np.testing.assert_array_equal(read_idx(path), data)
+    with pytest.raises(DataError, match=r"ok\.gz: its header declares shape \(2, 3, 4\) of uint8 = 24 bytes, "
+                                        r"over the limit of 23 bytes"):
+        read_idx(path, max_bytes=23)
+    np.testing.assert_array_equal(read_idx(path, max_bytes=24), data)
+
+
+def test_a_gzip_idx_declaring_more_than_its_compressed_size_can_hold_is_refused(tmp_path):
+    path = tmp_path / "short.gz"
+    with gzip.open(path, "wb") as gz:
+        gz.write(idx_header([1000, 1000, 100]) + bytes(100))  # 100 MB declared, 100 bytes given
+    with pytest.raises(DataError, match=r"short\.gz: truncated IDX payload: the header declares shape \(1000, 1000, 100\) .* more than a gzip file of \d+ bytes can hold"):
+        read_idx(path, max_bytes=2**40)
+
+
+def test_an_idx_header_of_255_dimensions_names_the_file(tmp_path):
+    for name, opener in (("dims.idx", open), ("dims.gz", gzip.open)):
+        with opener(tmp_path / name, "wb") as fh:
+            fh.write(bytes([0, 0, 0x08, 255]) + struct.pack(">255I", *([1] * 255)) + b"\x07")
+        with pytest.raises(DataError) as err:
+            read_idx(tmp_path / name)
+        assert str(tmp_path / name) in str(err.value), str(err.value)
