@@ -53,7 +53,7 @@ def test_default_runs_the_optimised_model_and_records_the_check(tmp_path) -> Non
     assert rec["rewrites"] == ["fold_batchnorm", "channels_last"]
     check = rec["check"]
     assert check["passed"] and check["predictions_equal"] and check["tolerance"] == TOLERANCE["float32"]
-    assert check["rows"] == 8 * 3  # chunk 0 (8 samples) under every element (fewer than 256 rows)
+    assert check["rows"] == 2 * 8  # chunk 0 (8 samples) under CHECK_MIN_ROWS // 8 = 2 elements (a short run)
     assert 0 < check["max_difference"] <= TOLERANCE["float32"]
     assert provenance(plain)["ran"] == "original" and provenance(plain)["reason"] == "optimize=False"
     assert fast.run_id != plain.run_id  # what ran is part of the identity
@@ -363,3 +363,95 @@ def test_batchnorm_outside_a_sequential_is_folded_through_a_trace() -> None:
     # a forward that checks its input's shape cannot be traced: the Sequential folding stays
     nero_fast, nero_names = rewrite_model(osc.models.NeroCNN().eval())
     assert "fold_batchnorm" in nero_names and type(nero_fast).__name__ == "NeroCNN"
+
+
+def test_detections_are_compared_as_sets_so_near_ties_may_swap() -> None:
+    """Two boxes of one row whose scores differ by 1e-7 swap places (below the top one) in the
+    optimised model's output (as BatchNorm folding can make them): position by position the check
+    fails; as the task's declared sets (Detection.unordered_dims) it passes. A changed label or a
+    box moved by more than the tolerance still fails. (A near-tie at the top still fails: the
+    row's IoU and confidence follow the top box.)"""
+    from orbitscope.engine.optimization import compare_as_sets
+    from orbitscope.kinds.boxes import Boxes
+
+    task = osc.Detection(max_detections=3, max_objects=2)
+    target = Boxes(torch.tensor([[[10.0, 10.0, 30.0, 30.0], [40.0, 40.0, 60.0, 60.0]]]), torch.tensor([[1, 2]]),
+                   torch.tensor([[True, True]]))
+    xyxy = torch.tensor([[[10.0, 10.0, 30.0, 30.0], [41.0, 40.0, 60.0, 61.0], [0.0, 0.0, 5.0, 5.0]]])
+    labels, valid = torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.bool)
+    scores = torch.tensor([[0.9, 0.3, 0.3 - 1e-7]])  # both on one side of every score threshold
+    ref = Boxes(xyxy, labels, valid, scores)
+    order = [0, 2, 1]  # the near-tie swapped, scores still sorted
+    swapped = Boxes(xyxy[:, order], labels[:, order], valid, scores)
+    unordered = {v.name: v.extra_dims[0] for v in task.variables(0) if v.extra_dims
+                 and v.extra_dims[0] in task.unordered_dims}
+    assert {"det_scores", "det_labels", "det_matched", "top_boxes"} <= set(unordered)
+
+    def check(other: Boxes, sets: dict[str, str] | None):  # noqa: ANN202
+        return first_batch_check(lambda _: ref, lambda _: other, torch.zeros(1), lambda o: task.score(o, target),
+                                 "float32", sets)
+
+    record, problem = check(swapped, None)
+    assert problem is not None and not record["passed"]
+    record, problem = check(swapped, unordered)
+    assert problem is None and record["passed"] and record["predictions_equal"] is True
+    relabelled = Boxes(xyxy[:, order], torch.tensor([[1, 3, 1]]), valid, swapped.scores)
+    assert check(relabelled, unordered)[1] is not None
+    moved = Boxes(xyxy[:, order] + torch.tensor([0.0, 0.0, 0.0, 0.5]), labels[:, order], valid, swapped.scores)
+    top_swapped = Boxes(xyxy[:, [1, 0, 2]], labels[:, [1, 0, 2]], valid, scores)
+    assert check(top_swapped, unordered)[1] is not None
+    assert check(moved, unordered)[1] is not None
+
+    # the pairing itself, against hand-made sets: NaN pairs with NaN; every entry is used once
+    a = {"s": torch.tensor([[0.5, 0.5, float("nan")]]), "l": torch.tensor([[1, 1, -1]])}
+    b = {"s": torch.tensor([[0.5 + 1e-6, float("nan"), 0.5]]), "l": torch.tensor([[1, -1, 1]])}
+    worst, problem = compare_as_sets(a, b, 1e-4)
+    assert problem is None and worst == pytest.approx(1e-6, rel=0.05)  # float32 rounding of 0.5 + 1e-6
+    b_dup = {"s": torch.tensor([[0.5, 0.7, float("nan")]]), "l": torch.tensor([[1, 1, -1]])}
+    assert compare_as_sets(a, b_dup, 1e-4)[1] is not None
+
+
+def test_point_cloud_networks_fold_linear_batchnorm_and_image_heads_keep_theirs() -> None:
+    """Linear -> BatchNorm1d pairs (PointNet's per-point layers and head) fold in point-cloud runs:
+    the folded copy equals the model (1e-5 relative) and has no BatchNorm1d left, a default run is
+    optimised and checked, and its values agree with the model as given. An image model's
+    Linear -> BatchNorm1d head is left alone (its optimised copy is as before)."""
+    from orbitscope.engine.optimization import rewrite_model
+    from orbitscope.models import fold_batchnorm
+    from orbitscope.models.point_nets import PointNet
+
+    torch.manual_seed(0)
+    net = PointNet(4, width=8)
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm1d):  # statistics as after training
+            m.running_mean.uniform_(-0.2, 0.2)
+            m.running_var.uniform_(0.5, 2.0)
+    net.eval()
+    folded = fold_batchnorm(net, linear=True)
+    assert not any(isinstance(m, nn.BatchNorm1d) for m in folded.modules())
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in fold_batchnorm(net).modules()) == 4  # the default: convs only
+    x = torch.randn(6, 50, 3)
+    with torch.inference_mode():
+        want = net(x)
+        # an independent reference for one pair: Linear then BatchNorm1d by its formula
+        lin, bn = net.features.layers[0], net.features.layers[1]
+        h = x.reshape(-1, 3) @ lin.weight.T
+        ref = (h - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+        torch.testing.assert_close(folded.features.layers[0](x.reshape(-1, 3)), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(folded(x), want, rtol=1e-5, atol=1e-6)
+    clouds = torch.randn(8, 50, 3)
+    labels = torch.randint(0, 4, (8,))
+    from orbitscope.models import NeroCNN
+    from orbitscope.tasks import PointCloudClassification
+
+    task = PointCloudClassification()
+    orbit = osc.parse_orbit("so3-random:12:0")
+    run = osc.evaluate(net, (clouds, labels), orbit, task)
+    plain = osc.evaluate(net, (clouds, labels), orbit, task, optimize=False)
+    rec = provenance(run)
+    assert rec["ran"] == "optimized" and "fold_batchnorm" in rec["rewrites"] and rec["check"]["passed"]
+    np.testing.assert_array_equal(_values(run, "prediction"), _values(plain, "prediction"))
+    np.testing.assert_allclose(_values(run, "confidence"), _values(plain, "confidence"), rtol=1e-5, atol=1e-6)
+    image_net = NeroCNN().eval()
+    fast, _ = rewrite_model(image_net)
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in fast.modules()) == 1

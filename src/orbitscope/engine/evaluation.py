@@ -36,7 +36,7 @@ from ..results.store import Store, open_store
 from ..tasks import Classification, Task, Variable
 from ..tasks.variables import ENGINE_VARIABLES
 from .activations import ActivationProbe
-from .batch_probe import describe, probe_candidates, probe_forward_batch, worth_probing
+from .batch_probe import BatchTuner, tuning_candidates, worth_tuning
 from .chunk import ChunkJob, EvalContext, evaluate_chunk, first_forward_rows
 from .executors import Executor, LocalExecutor, get_executor
 from .model_call import ModelCall, Normalizer
@@ -214,6 +214,10 @@ class PlannedRun:
     def write(self, job: ChunkJob, arrays: dict[str, np.ndarray]) -> None:
         """Record one chunk's arrays (the one writer)."""
         assert self.writer is not None
+        tuner = self.ctx.call.tuner if self.ctx is not None else None
+        if tuner is not None and tuner.chosen is not None and "forward_batch_probe" not in self.attrs:
+            # the plan ended in chunk 0 (see _forward_batch_tuner): its record carries the size kept
+            self.attrs.update(forward_batch=tuner.chosen, forward_batch_probe=tuner.describe())
         arrays.update(self.source.groups_of(job.start, job.stop))
         self.writer.write(job, arrays)
         self.done += job.stop - job.start
@@ -349,7 +353,8 @@ def evaluate(
                            memory_budget_mb=memory_budget_mb, device=device, normalize=normalize,
                            interpolation=interpolation, padding=padding, view_size=view_size, optimize=optimize,
                            precision=precision, compile=compile, seed=seed, store_inputs=store_inputs,
-                           activations=activations, consensus=consensus, allow_large=allow_large, resume=resume)
+                           activations=activations, consensus=consensus, allow_large=allow_large, resume=resume,
+                           tune_forward_batch=isinstance(runner, LocalExecutor))
         if planned.reused is not None:
             if progress is not None:
                 progress(planned.n or 0, planned.n)
@@ -405,13 +410,16 @@ def plan_run(
     allow_large: bool = False,
     resume: bool = True,
     lock_stack: ExitStack | None = None,
+    tune_forward_batch: bool = False,
 ) -> "PlannedRun":
     """Everything :func:`evaluate` does before its chunks run: check the arguments, work out the
     run's identity, and reuse a finished run or plan the chunks still to do. The arguments are
     :func:`evaluate`'s (without ``executor`` and ``progress``); the model's eval mode and the
     run's one-writer lock are held in ``stack`` until it closes (the lock in ``lock_stack`` when
     given, so that a sweep can release each run's lock when the run ends). Sweeps plan many runs
-    this way and run their chunks through one executor."""
+    this way and run their chunks through one executor. ``tune_forward_batch``: let the run's
+    first model calls choose the forward batch (:mod:`orbitscope.engine.batch_probe`; only when
+    the chunks run in this process, where the tuner's choice can be recorded)."""
     task = task or Classification()
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -461,7 +469,11 @@ def plan_run(
     stack.enter_context(eval_mode(model))  # each submodule's mode is restored exactly afterwards
     mhash, mid = _model_identity(model)
     opt = propose_optimization(model, optimize, precision=precision, compile=compile,
-                               recording_activations=probe is not None)
+                               recording_activations=probe is not None,
+                               # point-cloud networks' per-point layers are Linear -> BatchNorm1d; an
+                               # image model's head keeps its BatchNorm1d (a negligible cost there), so
+                               # its optimised copy, and the numbers of its runs, stay as they were
+                               linear_batchnorm=task.input_kind == "points")
     keep_inputs = store_inputs if store_inputs is not None else _small_inputs(source, task)
     config = {
         "result_format": 2,  # bump when the stored variables change
@@ -553,7 +565,8 @@ def plan_run(
             applied = not earlier[0][1]
             opt.settle(applied, None if applied else "an earlier run of the original model is reused")
         else:
-            verify_on_first_batch(opt, ctx, device, slice_size(True))
+            verify_on_first_batch(opt, ctx, device, slice_size(True),
+                                  run_rows=None if source.n is None else source.n * len(transforms))
     if optimize is True and opt.candidate is not None and not opt.applied \
             and "the original model failed" not in (opt.reason or ""):  # that one: the chunk reports it
         raise ModelError(f"optimize=True: the optimised model does not reproduce the original on the first batch "
@@ -609,13 +622,16 @@ def plan_run(
                          precision=opt.precision if fast else "float32")
     ctx.transforms, ctx.forward_batch, ctx.expand, ctx.consensus_weights = run_transforms, fb, expand, weights
     ctx.optimize = fast
-    if started_with is not None and skip:
-        fb = int(started_with)  # a resumed run keeps its batch: its chunks stay bit-identical
-    elif forward_batch is None and fast:
-        fb, rates = _probed_forward_batch(ctx, device, fb, (source.n or 0) * len(run_transforms))
-        if rates:
-            attrs["forward_batch_probe"] = rates
     ctx.call.forward_batch = ctx.forward_batch = fb
+    if started_with is not None and skip:
+        # a resumed run keeps its batch: its chunks are computed as the first part's were
+        ctx.call.forward_batch = ctx.forward_batch = fb = int(started_with)
+    elif forward_batch is None and fast and tune_forward_batch:
+        tuner = _forward_batch_tuner(source, len(run_transforms), device,
+                                     forward_batch_for(max(tuning_candidates(device.type, 1 << 30)),
+                                                       memory_budget(memory_budget_mb, device), input_numel))
+        if tuner is not None:  # the tuner slices chunk 0's calls: each holds at least its largest size
+            ctx.call.tuner, ctx.forward_batch = tuner, max(tuner.rates) + source.chunk_size - 1
     attrs["forward_batch"] = fb
     variables = {v.name: v for v in task.variables(0)}
     if consensus:
@@ -639,22 +655,16 @@ def plan_run(
     return PlannedRun(run_id, name, ctx, source, skip, seed, writer, attrs, done, source.n)
 
 
-def _probed_forward_batch(ctx: EvalContext, device: torch.device, cap: int, n_rows: int) -> tuple[int, dict[str, Any]]:
-    """The fastest forward batch up to ``cap`` by a timed probe on chunk 0's first rows, with the
-    rates measured (see :mod:`orbitscope.engine.batch_probe`); ``(cap, {})`` when the run is too
-    short for a probe to pay off or chunk 0 has too few rows."""
-    candidates = probe_candidates(device, cap)
-    if not worth_probing(n_rows, candidates):
-        return cap, {}
-    rows = first_forward_rows(ctx, max(candidates))
-    if rows is None or not isinstance(rows[0], torch.Tensor):
-        return cap, {}
-    candidates = [c for c in candidates if c <= len(rows[0])]
-    if len(candidates) < 2:
-        return cap, {}
-    best, rates = probe_forward_batch(ctx.call, rows[0], candidates)
-    log.info("forward batch %d (probe: %s inputs/s)", best, describe(rates))
-    return best, describe(rates)
+def _forward_batch_tuner(source: DataSource, n_elements: int, device: torch.device, cap: int) -> BatchTuner | None:
+    """A tuner for the run's first model calls (see :mod:`orbitscope.engine.batch_probe`) when
+    the run is long enough and its plan ends within chunk 0 (so the chunk's record carries the
+    size kept), else None (the default batch runs)."""
+    candidates = tuning_candidates(device.type, cap)
+    n = source.n or 0
+    first_chunk = min(n, source.chunk_size) * n_elements
+    if not worth_tuning(n * n_elements, candidates) or not worth_tuning(2 * first_chunk, candidates):
+        return None
+    return BatchTuner(candidates)
 
 
 class _Writer:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ModelError
+from .batch_probe import BatchTuner
 
 __all__ = ["Normalizer", "ModelCall", "finite_rows", "PRECISIONS", "map_tensors"]
 
@@ -122,7 +123,7 @@ class ModelCall:
         normalize: ``(mean, std)`` per channel, applied to each slice before the model.
         device: where the inputs are moved before normalisation (default: leave them).
         channels_last: call the model with channels-last memory format (4-D inputs).
-        forward_batch: rows per forward call.
+        forward_batch: rows per forward call (after :attr:`tuner` has settled, its choice).
         precision: ``"float32"`` (no autocast), or ``"bfloat16"`` / ``"float16"``: the forward
             runs under ``torch.autocast`` on the inputs' device and floating-point outputs are
             cast back to float32.
@@ -147,6 +148,8 @@ class ModelCall:
         self.concat = concat or concat_outputs
         self.channels_last = channels_last
         self.forward_batch = int(forward_batch)
+        #: while set and not settled, it chooses the slices (see :mod:`orbitscope.engine.batch_probe`)
+        self.tuner: BatchTuner | None = None
         self.what = what
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -184,9 +187,16 @@ class ModelCall:
         if self.device is not None:
             x = x.to(self.device)
         x = self.norm(x)
-        fb = self.forward_batch
+        tuner = self.tuner
         with torch.inference_mode():
-            parts = [self.forward(x[s : s + fb]) for s in range(0, len(x), fb)]
+            if tuner is not None and tuner.chosen is None:
+                wait = (lambda: torch.cuda.synchronize(x.device)) if x.device.type == "cuda" else None
+                parts = tuner.run(self.forward, x, wait)
+                if tuner.chosen is not None:
+                    self.forward_batch = tuner.chosen
+            else:
+                fb = self.forward_batch
+                parts = [self.forward(x[s : s + fb]) for s in range(0, len(x), fb)]
         if not parts:
             raise ModelError("no inputs to evaluate")
         return self.concat(parts)

@@ -12,8 +12,9 @@
   timed: its first call is reported separately as ``compile_seconds``).
 
 Before any chunk runs, :func:`first_batch_check` calls the original and the rewritten model on
-the rows of the run's first model calls (chunk 0 under its first elements: up to
-:data:`CHECK_ROWS` transformed inputs, in slices of the run's forward batch) and compares them:
+the rows of the run's first model calls (chunk 0 under its first elements: a thirty-second of the
+run's model inputs, between :data:`CHECK_MIN_ROWS` and :data:`CHECK_ROWS` transformed inputs, in
+slices of the run's forward batch) and compares them:
 
 * every floating-point output within ``TOLERANCE[precision] · max(1, max |original|)`` (absolute,
   per output tensor; NaN and ±inf in the same places), when the outputs are tensors (or tuples
@@ -21,7 +22,12 @@ the rows of the run's first model calls (chunk 0 under its first elements: up to
   scores swap) are compared through the task's variables only;
 * every integer or boolean output, and every integer or boolean variable the task records
   (for classification ``correct``: the predictions), exactly equal;
-* the task's floating-point variables within the same tolerance.
+* the task's floating-point variables within the same tolerance;
+* variables along a set axis the task declares unordered (``Task.unordered_dims``: a row's
+  detections and top boxes, ranked by score) as sets: each of the original's entries pairs with
+  one of the optimised model's that agrees in every such variable (labels and matches exactly,
+  scores and boxes within the tolerance), so two near-equal scores that swap places do not fail
+  the check.
 
 If the check fails, or the model is not eligible (activations are being recorded with forward
 hooks, the model carries its own hooks, a module stays in training mode, there is nothing to
@@ -46,8 +52,9 @@ from torch import Tensor, nn
 from ..errors import SpecError
 from .model_call import PRECISIONS
 
-__all__ = ["PRECISIONS", "TOLERANCE", "CHECK_ROWS", "Optimization", "check_optimize_options", "ineligibility",
-           "rewrite_model", "try_rewrite", "first_batch_check"]
+__all__ = ["PRECISIONS", "TOLERANCE", "CHECK_ROWS", "CHECK_MIN_ROWS", "CHECK_SHARE", "check_rows", "Optimization",
+           "check_optimize_options", "ineligibility", "rewrite_model", "try_rewrite", "first_batch_check",
+           "compare_as_sets"]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +63,13 @@ log = logging.getLogger(__name__)
 #: significant bits (relative rounding 2⁻⁸ ≈ 0.4 % per operation), float16 11 bits
 TOLERANCE: dict[str, float] = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
 
-#: transformed inputs (rows) of the first forward batch that the check compares
+#: transformed inputs (rows) of the first forward batch that the check compares, at most
 CHECK_ROWS = 256
+#: ... and at least (then the rows of one element of chunk 0, if more); between the two, a run of
+#: ``n`` model inputs checks ``n / CHECK_SHARE`` of them, so that running the original model
+#: beside the optimised one costs a short run no more than a few per cent
+CHECK_MIN_ROWS = 16
+CHECK_SHARE = 32
 
 
 def check_optimize_options(optimize: Any, precision: str, compile: bool) -> None:
@@ -79,7 +91,8 @@ def _has_hooks(model: nn.Module) -> str | None:
     return None
 
 
-def ineligibility(model: nn.Module, *, recording_activations: bool, precision: str, compile: bool) -> str | None:
+def ineligibility(model: nn.Module, *, recording_activations: bool, precision: str, compile: bool,
+                  linear_batchnorm: bool = False) -> str | None:
     """Why the rewritten model must not run (None: it may). ``model`` is in eval mode already. A
     model that runs outside torch says why in its ``optimization_refused`` (e.g. an ONNX model)."""
     refused = getattr(model, "optimization_refused", None)
@@ -93,8 +106,8 @@ def ineligibility(model: nn.Module, *, recording_activations: bool, precision: s
     training = [n or type(model).__name__ for n, m in model.named_modules() if m.training]
     if training:
         return f"module {training[0]!r} stays in training mode (e.g. an exported graph): its outputs are not inference outputs"
-    if precision == "float32" and not compile and not any(
-            isinstance(m, (nn.Conv2d, nn.BatchNorm2d)) for m in model.modules()):
+    rewritable = (nn.Conv2d, nn.BatchNorm2d, nn.BatchNorm1d) if linear_batchnorm else (nn.Conv2d, nn.BatchNorm2d)
+    if precision == "float32" and not compile and not any(isinstance(m, rewritable) for m in model.modules()):
         return "nothing to optimise (no convolution or BatchNorm; precision float32, no compile)"
     return None
 
@@ -140,8 +153,9 @@ class Optimization:
         return out
 
 
-def _count_bn(model: nn.Module) -> int:
-    return sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+def _count_bn(model: nn.Module, linear: bool = False) -> int:
+    kinds = (nn.BatchNorm2d, nn.BatchNorm1d) if linear else nn.BatchNorm2d
+    return sum(isinstance(m, kinds) for m in model.modules())
 
 
 def _traced_fold(model: nn.Module) -> nn.Module:
@@ -161,17 +175,20 @@ def _traced_fold(model: nn.Module) -> nn.Module:
     return traced if _count_bn(traced) < _count_bn(model) else model
 
 
-def rewrite_model(model: nn.Module, *, compile: bool = False) -> tuple[nn.Module, tuple[str, ...]]:
+def rewrite_model(model: nn.Module, *, compile: bool = False,
+                  linear_batchnorm: bool = False) -> tuple[nn.Module, tuple[str, ...]]:
     """An optimised copy of ``model`` (``model`` is not modified) and the names of the rewrites:
     BatchNorm folded into the preceding convolutions (pairs inside an ``nn.Sequential``, then
-    the rest where the model can be traced with ``torch.fx``), channels_last where there are
-    convolutions, compiled on request."""
+    the rest where the model can be traced with ``torch.fx``), and with ``linear_batchnorm``
+    into the preceding Linear layers (``nn.Sequential`` pairs: point-cloud networks' per-point
+    layers), channels_last where there are convolutions, compiled on request."""
     from ..models.reference import fold_batchnorm, optimize_for_inference
 
     has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
-    folded = _traced_fold(fold_batchnorm(model))
+    folded = _traced_fold(fold_batchnorm(model, linear=linear_batchnorm))
     fast = optimize_for_inference(folded, fold_bn=False, channels_last=has_conv, compile=compile)
-    names = (("fold_batchnorm",) if _count_bn(folded) < _count_bn(model) else ()) \
+    folds = _count_bn(folded, linear_batchnorm) < _count_bn(model, linear_batchnorm)
+    names = (("fold_batchnorm",) if folds else ()) \
         + (("channels_last",) if has_conv else ())
     return fast, names + (("torch.compile",) if compile else ())
 
@@ -222,6 +239,57 @@ def _compare(a: list[Tensor], b: list[Tensor], tol: float, what: str, into: _Com
             return
 
 
+def _close(a: Tensor, b: Tensor, tol: float) -> Tensor:
+    """(i, j) bool: entry ``i`` of ``a`` (K, F) equals entry ``j`` of ``b`` (K, F): integer
+    fields exactly, floating fields within ``tol · max(1, max |a|)`` (NaN where NaN)."""
+    if not a.is_floating_point():
+        return (a[:, None, :] == b[None, :, :].to(a.dtype)).all(-1)
+    a64, b64 = a.double(), b.double()
+    finite = torch.isfinite(a64)
+    scale = max(1.0, float(a64[finite].abs().max())) if finite.any() else 1.0
+    x, y = a64[:, None, :], b64[None, :, :]
+    near = (x - y).abs() <= tol * scale
+    same = (torch.isnan(x) & torch.isnan(y)) | (torch.isinf(x) & (x == y))
+    return (near | same).all(-1)
+
+
+def compare_as_sets(ref: dict[str, Tensor], cand: dict[str, Tensor], tol: float) -> tuple[float, str | None]:
+    """Compare variables whose second axis is an unordered set (a row's detections ranked by score:
+    near-equal scores swap under float rounding), all of one set axis together: every row's entries
+    of ``ref`` must pair one to one with entries of ``cand`` that agree in every variable (integer
+    values exactly, floating values within ``tol`` relative to ``max(1, max |ref|)``). Entries are
+    paired greedily in ``ref``'s order (a pairing found this way is a valid one). Returns the
+    largest scaled floating difference over the pairs and the first disagreement (None: agree)."""
+    names = sorted(ref)
+    for n in names:
+        if n not in cand or cand[n].shape != ref[n].shape:
+            return 0.0, f"recorded variable {n} has shape {tuple(cand[n].shape) if n in cand else None}, " \
+                        f"the original's {tuple(ref[n].shape)}"
+    rows, k = ref[names[0]].shape[:2]
+    flat = {n: (ref[n].detach().cpu().reshape(rows, k, -1), cand[n].detach().cpu().reshape(rows, k, -1)) for n in names}
+    worst = 0.0
+    for r in range(rows):
+        close = torch.ones(k, k, dtype=torch.bool)
+        for a, b in flat.values():
+            close &= _close(a[r], b[r], tol)
+        used = torch.zeros(k, dtype=torch.bool)
+        for i in range(k):
+            free = torch.nonzero(close[i] & ~used).flatten()
+            if len(free) == 0:
+                return worst, (f"recorded variables ({', '.join(names)}) of row {r}: entry {i} of the original has no "
+                               f"counterpart in the optimised model's (compared as a set, tolerance {tol:g})")
+            j = int(free[0])
+            used[j] = True
+            for a, b in flat.values():
+                if a.is_floating_point():
+                    x, y = a[r, i].double(), b[r, j].double()
+                    ok = torch.isfinite(x) & torch.isfinite(y)
+                    if ok.any():
+                        scale = max(1.0, float(a[r][torch.isfinite(a[r])].abs().max()))
+                        worst = max(worst, float((x[ok] - y[ok]).abs().max()) / scale)
+    return worst, None
+
+
 def _tensor_leaves(outputs: Any) -> list[Tensor] | None:
     """The tensors of outputs whose leaves correspond position by position (a tensor, a tuple of
     tensors, a dict of tensors by key), or None for set-like outputs such as detections (lists
@@ -236,14 +304,17 @@ def _tensor_leaves(outputs: Any) -> list[Tensor] | None:
 
 
 def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Tensor], Any], x: Tensor,
-                      score: Callable[[Any], dict[str, Tensor]], precision: str) -> tuple[dict[str, Any], str | None]:
+                      score: Callable[[Any], dict[str, Tensor]], precision: str,
+                      unordered: dict[str, str] | None = None) -> tuple[dict[str, Any], str | None]:
     """Compare the original and the optimised model call on the rows ``x`` (see the module docs).
 
     ``score(outputs)`` gives the task's recorded variables for those rows. Raw outputs are
     compared leaf by leaf when they are tensors (or tuples/dicts of tensors); set-like outputs
     (detections) are compared through the task's recorded variables only. An exception of the
     original model propagates (the caller decides); one of the optimised model or of scoring
-    its outputs is a failed check. Returns the record for the provenance (rows, tolerance,
+    its outputs is a failed check. ``unordered`` maps recorded variables to their unordered set
+    axis (``Task.unordered_dims``): those are compared per axis as sets
+    (:func:`compare_as_sets`). Returns the record for the provenance (rows, tolerance,
     largest difference, whether the predictions agree (None: none compared), the two forwards'
     times) and the failure reason (None when the check passes)."""
     tol = TOLERANCE[precision]
@@ -264,47 +335,69 @@ def first_batch_check(original: Callable[[Tensor], Any], optimized: Callable[[Te
     leaves = _tensor_leaves(reference)
     if leaves is not None:
         _compare(leaves, _tensor_leaves(candidate) or [], tol, "outputs", result)
+    unordered = {n: axis for n, axis in (unordered or {}).items() if n in ref_scores}
     if result.problem is None:
-        names = sorted(ref_scores)
+        names = sorted(set(ref_scores) - set(unordered))
         _compare([ref_scores[n] for n in names], [cand_scores.get(n, torch.empty(0)) for n in names],
                  tol, "recorded variables (" + ", ".join(names) + ")", result)
+    for axis in sorted(set(unordered.values())):
+        if result.problem is not None:
+            break
+        group = [n for n, a in unordered.items() if a == axis]
+        worst, result.problem = compare_as_sets({n: ref_scores[n] for n in group},
+                                                {n: cand_scores[n] for n in group if n in cand_scores}, tol)
+        result.worst = max(result.worst, worst)
+        if result.problem is None and any(not ref_scores[n].is_floating_point() for n in group):
+            result.predictions = result.predictions is not False
     record.update(max_difference=None if math.isinf(result.worst) else float(f"{result.worst:.3g}"),
                   predictions_equal=result.predictions, passed=result.problem is None)
     return record, result.problem
 
 
-def try_rewrite(model: nn.Module, compile: bool) -> tuple[nn.Module | None, tuple[str, ...], str | None]:
+def try_rewrite(model: nn.Module, compile: bool,
+                linear_batchnorm: bool = False) -> tuple[nn.Module | None, tuple[str, ...], str | None]:
     """:func:`rewrite_model`, with a failure to copy or rewrite turned into a reason."""
     try:
-        fast, names = rewrite_model(model, compile=compile)
+        fast, names = rewrite_model(model, compile=compile, linear_batchnorm=linear_batchnorm)
     except (RuntimeError, TypeError, ValueError, AttributeError, NotImplementedError, copy.Error) as exc:
         return None, (), f"the model could not be copied and rewritten ({type(exc).__name__}: {exc})"
     return fast, names, None
 
 
 def propose_optimization(model: nn.Module, optimize: Any, *, precision: str = "float32", compile: bool = False,
-                         recording_activations: bool = False) -> Optimization:
+                         recording_activations: bool = False, linear_batchnorm: bool = False) -> Optimization:
     """The optimisation plan for ``model`` (in eval mode): a rewritten candidate, to be proven
     by :func:`verify_on_first_batch`, or the original with the reason. ``optimize=True`` makes
-    hooks, activations and training mode errors (SpecError) instead of reasons."""
+    hooks, activations and training mode errors (SpecError) instead of reasons.
+    ``linear_batchnorm``: also fold ``Linear -> BatchNorm1d`` pairs (:func:`rewrite_model`)."""
     opt = Optimization(requested=optimize, model=model, precision=precision, compile=compile)
     if optimize is False:
         opt.reason = "optimize=False"
         return opt
-    reason = ineligibility(model, recording_activations=recording_activations, precision=precision, compile=compile)
+    reason = ineligibility(model, recording_activations=recording_activations, precision=precision, compile=compile,
+                           linear_batchnorm=linear_batchnorm)
     if reason is not None and optimize is True and not reason.startswith("nothing to optimise"):
         raise SpecError(f"optimize=True, but {reason}; use optimize='auto' (it keeps the original model) or False")
     if reason is None or optimize is True:  # True on a model with nothing to rewrite: a checked copy, as before
-        opt.candidate, opt.rewrites, reason = try_rewrite(model, compile)
+        opt.candidate, opt.rewrites, reason = try_rewrite(model, compile, linear_batchnorm)
         if reason is not None and optimize is True:
             raise SpecError(f"optimize=True, but {reason}; use optimize='auto' or False")
     opt.reason = reason
     return opt
 
 
-def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device, forward_batch: int) -> None:
+def check_rows(forward_batch: int, run_rows: int | None) -> int:
+    """How many rows the first-batch check compares: ``run_rows / CHECK_SHARE`` (all of
+    :data:`CHECK_ROWS` when the run's size is unknown), within [:data:`CHECK_MIN_ROWS`,
+    :data:`CHECK_ROWS`] and at most ``forward_batch``."""
+    wanted = CHECK_ROWS if run_rows is None else max(CHECK_MIN_ROWS, run_rows // CHECK_SHARE)
+    return max(1, min(CHECK_ROWS, forward_batch, wanted))
+
+
+def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device, forward_batch: int,
+                          run_rows: int | None = None) -> None:
     """Run :func:`first_batch_check` on the rows of the evaluation ``ctx``'s first model calls
-    (chunk 0 under its first elements, at most :data:`CHECK_ROWS` and ``forward_batch`` rows,
+    (chunk 0 under its first elements, :func:`check_rows` of a run of ``run_rows`` model inputs,
     both models called in slices of ``forward_batch``; ``ctx.call`` is the original model's
     call) and settle ``opt``: the candidate runs when the check passes. Torch's RNG state is
     left as it was. An error of the original model is raised under ``optimize=True``, else
@@ -315,7 +408,7 @@ def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device, for
     assert opt.candidate is not None
     base = ctx.call
     with torch.random.fork_rng(devices=[]):
-        rows = first_forward_rows(ctx, min(CHECK_ROWS, forward_batch))
+        rows = first_forward_rows(ctx, check_rows(forward_batch, run_rows))
         if rows is None:  # no data: nothing to prove it on, nothing to run either
             opt.settle(opt.requested is True, "no data to check the optimised model on")
             return
@@ -330,8 +423,10 @@ def verify_on_first_batch(opt: Optimization, ctx: Any, device: torch.device, for
             opt.settle(False, f"the optimised copy could not be moved to {device}: {type(exc).__name__}: {exc}")
             return
         try:
+            unordered = {v.name: v.extra_dims[0] for v in ctx.task.variables(0)
+                         if v.extra_dims and v.extra_dims[0] in ctx.task.unordered_dims}
             record, problem = first_batch_check(reference, fast, x, lambda out: ctx.task.score(out, y, g),
-                                                opt.precision)
+                                                opt.precision, unordered)
         except Exception as exc:  # noqa: BLE001 - the original model (or scoring its outputs) failed
             if opt.requested is True:
                 raise

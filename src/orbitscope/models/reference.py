@@ -226,8 +226,9 @@ register_model(SmallCNN.arch_name, SmallCNN)
 # --------------------------------------------------------------------------- inference helpers
 
 
-def _fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
-    """Return a new Conv2d equal to ``bn(conv(x))`` with BN in eval mode (running statistics)."""
+def _fold_conv_bn(conv: nn.Conv2d | nn.Linear, bn: nn.BatchNorm2d | nn.BatchNorm1d) -> nn.Conv2d | nn.Linear:
+    """Return a new layer (a copy of ``conv``: a Conv2d, or a Linear before a BatchNorm1d) equal
+    to ``bn(conv(x))`` with BN in eval mode (running statistics)."""
     assert bn.running_mean is not None and bn.running_var is not None
     fused = copy.deepcopy(conv)
     w = conv.weight.detach().to(torch.float64)
@@ -237,31 +238,33 @@ def _fold_conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> nn.Conv2d:
     gamma = bn.weight.detach().to(torch.float64) if bn.weight is not None else torch.ones_like(mean)
     beta = bn.bias.detach().to(torch.float64) if bn.bias is not None else torch.zeros_like(mean)
     scale = gamma / torch.sqrt(var + bn.eps)
-    fused.weight = nn.Parameter((w * scale.reshape(-1, 1, 1, 1)).to(conv.weight.dtype))
+    fused.weight = nn.Parameter((w * scale.reshape(-1, *[1] * (w.ndim - 1))).to(conv.weight.dtype))
     fused.bias = nn.Parameter(((b - mean) * scale + beta).to(conv.weight.dtype))
     return fused
 
 
-def _foldable(conv: nn.Module, bn: nn.Module) -> bool:
-    return (
-        type(conv) is nn.Conv2d
-        and type(bn) is nn.BatchNorm2d
-        and bn.track_running_stats
-        and bn.running_mean is not None
-        and bn.num_features == conv.out_channels
-    )
+def _foldable(conv: nn.Module, bn: nn.Module, linear: bool = False) -> bool:
+    if not (isinstance(bn, (nn.BatchNorm1d, nn.BatchNorm2d)) and bn.track_running_stats
+            and bn.running_mean is not None):
+        return False
+    if type(conv) is nn.Conv2d and type(bn) is nn.BatchNorm2d:
+        return bn.num_features == conv.out_channels
+    # a Linear's outputs (rows, features) normalised per feature: the per-point MLPs of point-cloud
+    # networks (1×1 convolutions written as matrix products)
+    return linear and type(conv) is nn.Linear and type(bn) is nn.BatchNorm1d and bn.num_features == conv.out_features
 
 
-def _fold_in_place(module: nn.Module) -> int:
-    """Fold conv->bn pairs inside every ``nn.Sequential`` under ``module``; return the count."""
+def _fold_in_place(module: nn.Module, linear: bool = False) -> int:
+    """Fold conv->bn pairs (and Linear->BatchNorm1d pairs when ``linear``) inside every
+    ``nn.Sequential`` under ``module``; return the count."""
     n = 0
     for child in module.children():
-        n += _fold_in_place(child)
+        n += _fold_in_place(child, linear)
     if isinstance(module, nn.Sequential):
         names = list(module._modules.keys())
         for a, b in zip(names[:-1], names[1:]):
             conv, bn = module._modules[a], module._modules[b]
-            if conv is not None and bn is not None and _foldable(conv, bn):
+            if conv is not None and bn is not None and _foldable(conv, bn, linear):
                 module._modules[a] = _fold_conv_bn(conv, bn)  # type: ignore[arg-type]
                 module._modules[b] = nn.Identity()
                 n += 1
@@ -297,16 +300,18 @@ def set_eval_mode(model: nn.Module) -> nn.Module:
     return model
 
 
-def fold_batchnorm(model: nn.Module) -> nn.Module:
-    """Return an eval-mode deep copy with every ``Conv2d -> BatchNorm2d`` pair folded.
+def fold_batchnorm(model: nn.Module, *, linear: bool = False) -> nn.Module:
+    """Return an eval-mode deep copy with every ``Conv2d -> BatchNorm2d`` pair folded, and with
+    ``linear=True`` every ``Linear -> BatchNorm1d`` pair too (a Linear whose outputs, rows ×
+    features, the BatchNorm normalises per feature: the per-point layers of point-cloud networks).
 
     Pairs are detected as consecutive children of an ``nn.Sequential`` (at any depth).
-    The conv gets weights ``W * g / sqrt(var + eps)`` and bias
+    The conv (or Linear) gets weights ``W * g / sqrt(var + eps)`` (per output channel) and bias
     ``(b - mean) * g / sqrt(var + eps) + beta``; the BN is replaced by ``nn.Identity``.
     The result equals ``model.eval()`` up to float rounding. ``model`` is not modified.
     """
     folded = set_eval_mode(copy.deepcopy(model))
-    n = _fold_in_place(folded)
+    n = _fold_in_place(folded, linear)
     logger.debug("fold_batchnorm: folded %d conv/bn pairs in %s", n, type(model).__name__)
     return folded
 

@@ -166,6 +166,11 @@ class Task:
         """Variables that ``compute`` returns (over orbit dims only)."""
         return []
 
+    #: extra dims of recorded variables that are unordered sets (e.g. a row's detections, ranked
+    #: by score): near-equal scores may swap their entries under float rounding, so the
+    #: optimisation's first-batch check compares them as sets, not position by position
+    unordered_dims: tuple[str, ...] = ()
+
     #: the stored variables ``compute`` reads (None: every variable except the stored input), so
     #: :func:`orbitscope.results.dataset_metrics` reads only those from a stored run
     compute_reads: tuple[str, ...] | None = None

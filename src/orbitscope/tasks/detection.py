@@ -176,6 +176,8 @@ class Detection(Task):
     ground_truth: str = "all"
     nero_score_threshold: float = 0.05
     kind: str = field(default="detection", init=False)
+    #: the detections and the top boxes of a row are ranked by score: near-ties swap
+    unordered_dims = ("detection", "top")
     target_kind = "boxes"
     output_kind = "boxes"
     primary = "conf_iou"
