@@ -261,7 +261,9 @@ def _install_guards(app: dash.Dash) -> None:
       whose Host header is not in it gets 403: a page on another site that rebinds its DNS name
       to 127.0.0.1 cannot read the store through the user's browser;
     * an exception while answering a callback request (a malformed body, outputs the page does
-      not have) is logged and answered 400 with a short message, never 500 with a traceback.
+      not have) is logged and answered 400 with a short message, never 500 with a traceback;
+    * a request for a file under ``/_dash-component-suites/`` that Dash refuses (a path leaving
+      the package, ``../``, or one it does not list) is answered 404, not 500.
     """
     import flask
     from werkzeug.exceptions import HTTPException
@@ -290,6 +292,9 @@ def _install_guards(app: dash.Dash) -> None:
     def _failed(exc: Exception) -> Any:
         if isinstance(exc, HTTPException):  # 404, 405, 413 ...: as werkzeug answers them
             return exc
+        if "/_dash-component-suites/" in flask.request.path:  # a file Dash does not serve (e.g. '../' in the path)
+            logger.info("refused a request for %s: %s", flask.request.path[:200], type(exc).__name__)
+            return flask.Response("not found\n", status=404, mimetype="text/plain")
         # the message may quote the (large) request: cut it; the traceback at debug level
         logger.error("request %s %s failed: %s: %s", flask.request.method, flask.request.path[:200],
                      type(exc).__name__, str(exc)[:300])

@@ -15,6 +15,7 @@ Mounted on the main app by :mod:`orbitscope.cli.commands`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -111,6 +112,31 @@ def print_report(report: "GateReport", mode: str) -> None:
                       "says how many samples detect a given drop (or use --mode equivalence)[/]", soft_wrap=True)
 
 
+def require_finite(*options: tuple[str, float | None]) -> None:
+    """Refuse a non-finite value (``inf``, ``nan``) of any of the ``(option, value)`` pairs (None: not
+    given): a gate whose tolerance is infinite can never fail, and NaN compares false with everything.
+
+    Raises:
+        ValueError: one line naming the first such option.
+    """
+    for option, value in options:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{option} must be a finite number, got {value!r}: a threshold of inf or nan would make "
+                             "the check meaningless (it could never fail, or never pass)")
+
+
+def require_non_negative(*options: tuple[str, float | None]) -> None:
+    """Refuse a negative tolerance among the ``(option, value)`` pairs (None: not given).
+
+    Raises:
+        ValueError: one line naming the first such option.
+    """
+    for option, value in options:
+        if value is not None and value < 0:
+            raise ValueError(f"{option} is a tolerance (the largest allowed drop, in metric units), so it must be "
+                             f">= 0, e.g. 0.02; got {value:g}")
+
+
 def check_command(
     model: str = typer.Argument(..., help="The model to check: a model spec as `orbitscope evaluate --model` takes "
                                 "it ('package.module:factory' with --weights, or a model file; evaluated on --data "
@@ -129,12 +155,12 @@ def check_command(
                                            "a stored run, or a model spec evaluated on the same --data and --orbit."),
     baseline_weights: Optional[Path] = typer.Option(None, "--baseline-weights", help="Weights for a factory "
                                                     "--baseline."),
-    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", min=0.0, help="Largest allowed drop of the "
+    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", help="Largest allowed drop of the "
                                    "metric from the identity at any orbit element (metric units, e.g. 0.02 "
                                    "accuracy)."),
     invariance: bool = typer.Option(True, "--invariance/--no-invariance", help="Check the drop from the identity "
                                     "(--no-invariance with --baseline: the regression check only)."),
-    max_regression: Optional[float] = typer.Option(None, "--max-regression", min=0.0, help="Largest allowed drop "
+    max_regression: Optional[float] = typer.Option(None, "--max-regression", help="Largest allowed drop "
                                                    "below the baseline at any element (default: --max-drop)."),
     alpha: float = typer.Option(0.05, "--alpha", help="Family-wise error of each check (over all orbit elements "
                                 "together), in (0, 1)."),
@@ -159,6 +185,8 @@ def check_command(
     Exit status 0 when every check passes, 1 when one fails, 2 on bad input."""
     from ..stats.gate import MODES, check_result
 
+    require_finite(("--max-drop", max_drop), ("--max-regression", max_regression), ("--alpha", alpha))
+    require_non_negative(("--max-drop", max_drop), ("--max-regression", max_regression))
     if mode not in MODES:
         raise ValueError(f"--mode {mode!r}: choose {' or '.join(MODES)}")
     if not 0 < alpha < 1:
@@ -229,7 +257,7 @@ def plan_command(
                                        "drop from the identity."),
     pilot: Optional[str] = typer.Option(None, "--pilot", help="A stored pilot run (id, prefix or name): σ and K are "
                                         "measured on it."),
-    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", min=0.0, help="The tolerance `orbitscope check --max-drop` "
+    max_drop: float = typer.Option(DEFAULT_MAX_DROP, "--max-drop", help="The tolerance `orbitscope check --max-drop` "
                                    "will allow."),
     alpha: float = typer.Option(0.05, "--alpha", help="Family-wise error of the check."),
     power: float = typer.Option(0.8, "--power", help="Probability of detecting the drop."),
@@ -246,6 +274,9 @@ def plan_command(
     """How many samples `orbitscope check` needs to detect a drop of --delta at any orbit element."""
     from ..stats.planning import plan_from_pilot, plan_samples, simulate_power
 
+    require_finite(("--delta", delta), ("--accuracy", accuracy), ("--sd", sd), ("--max-drop", max_drop),
+                   ("--alpha", alpha), ("--power", power), ("--rho", rho))
+    require_non_negative(("--max-drop", max_drop))
     if sum(x is not None for x in (accuracy, sd, pilot)) != 1:
         raise ValueError("give exactly one of --accuracy P (the accuracy at the identity), --sd S (the standard "
                          "deviation of one sample's drop, any metric) or --pilot RUN (σ measured on a stored run)")

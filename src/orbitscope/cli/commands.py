@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.table import Table
@@ -17,6 +17,9 @@ from rich.markup import escape
 
 from .common import (HomeOption, InterpolationOption, PaddingOption, TrustOption, console, engine_progress,
                      evaluate_spec, friendly_errors, load_orbit_run, parse_optimize, progress_bar)
+
+if TYPE_CHECKING:  # the store is imported lazily at run time
+    from ..results.store import RunRecord, Store
 
 app = typer.Typer(
     help="orbitscope: evaluate models over transformation-group orbits (NERO plots, reports, stored runs).",
@@ -161,6 +164,14 @@ def _print_summary(results: list[Any]) -> None:
             console.print(f"{run}: {escape(sentence)}", soft_wrap=True, highlight=False)
 
 
+def shown_status(store: "Store", rec: "RunRecord") -> str:
+    """A run's status as listed: the catalog's, except ``interrupted`` for a run marked ``running``
+    whose writer process is gone (evaluating it again resumes it)."""
+    if rec.status == "running" and not store.writer_alive(rec.run_id):
+        return "interrupted"
+    return rec.status
+
+
 @runs_app.command("list")
 @friendly_errors
 def runs_list(home: Optional[Path] = HomeOption) -> None:
@@ -175,7 +186,8 @@ def runs_list(home: Optional[Path] = HomeOption) -> None:
     for rec in store.runs():
         orbit = ", ".join(f"{k}×{len(v)}" for k, v in rec.layout.get("coords", {}).items()) or rec.orbit.get("kind", "")
         done = rec.n_samples if rec.complete else f"{rec.chunks_done} chunks"
-        table.add_row(rec.run_id, rec.name, rec.model_id, rec.data_id, f"{rec.orbit.get('kind')} ({orbit})", rec.status,
+        table.add_row(rec.run_id, rec.name, rec.model_id, rec.data_id, f"{rec.orbit.get('kind')} ({orbit})",
+                      shown_status(store, rec),
                       str(done), time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.created)))
     console.print(table)
 
@@ -189,7 +201,7 @@ def runs_show(run: str = typer.Argument(..., help="Run id, unique id prefix, or 
 
     store = Store(home, create=False)
     rec = store.get_run(run)
-    console.print(f"[bold]{rec.run_id}[/]  {rec.name}  ({rec.status})")
+    console.print(f"[bold]{rec.run_id}[/]  {rec.name}  ({shown_status(store, rec)})")
     for key in ("model_name", "model_hash", "model_class", "data_id", "interpolation", "padding", "normalize", "seed",
                 "created", "device"):
         console.print(f"  {key:14s} {rec.attrs.get(key)}")

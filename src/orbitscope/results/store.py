@@ -90,6 +90,18 @@ def default_home() -> Path:
     return Path(os.environ.get("ORBITSCOPE_HOME") or "orbitscope-runs")
 
 
+def _write_pid(fh: Any, text: str) -> None:
+    """Replace the content of an open lock file with ``text`` (best effort: a lock file that cannot
+    be written still locks)."""
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(text.encode("ascii"))
+        fh.flush()
+    except OSError:
+        pass
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """One row of the run catalog."""
@@ -442,10 +454,23 @@ class Store:
             except BlockingIOError:
                 logging.getLogger(__name__).warning("run %s is being written by another process: waiting", run_id)
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            _write_pid(fh, str(os.getpid()))  # who writes the run (writer_alive reads it)
             yield
         finally:
             _HELD_LOCKS.discard(held)
+            _write_pid(fh, "")
             fh.close()  # releases the lock
+
+    def writer_alive(self, run_id: str) -> bool:
+        """Whether a live process holds the run's writer lock (:meth:`run_lock`): its pid, recorded in
+        the lock file while it holds the lock, names a running process. A run whose catalog status
+        is ``running`` but whose writer is gone was interrupted (evaluating it again resumes it)."""
+        path = self.home / "runs" / f"{self._run_dir(run_id).name}.lock"
+        try:
+            text = path.read_text(encoding="ascii", errors="replace").strip()
+        except OSError:
+            return False
+        return text.isdigit() and pid_alive(int(text))
 
     def reopen_run(self, run_id: str) -> None:
         """Mark a finished run as running again (to recompute damaged chunks)."""
