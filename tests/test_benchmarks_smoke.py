@@ -43,6 +43,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "ml4ml_lee": ("assessors on ML4ML matrices vs LEE vs both", ["--home", str(ZOO_HOME), "--lee", str(ZOO_LEE)]),
     "orbit_throughput": ("evaluate, defaults (optimize='auto')", []),
     "pointcloud_throughput": ("agreement (a) vs (c)", []),
+    "profile_tasks": ("around/model", []),
     "robust_queries": ("all targets met", []),
     "scale_out": ("chunk writes/s", []),
     "stats_validity": ("time per section", []),
