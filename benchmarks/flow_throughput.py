@@ -21,7 +21,7 @@ each path's fraction of it, ratios to (b) and (c)). Once, untimed, the EPE of (a
 scores the estimate mapped back to the canonical frame against the canonical truth, (a) the
 estimate against the moved truth: for D4 (an isometry of the grid) the two EPEs are equal.
 
-Usage: python benchmarks/flow_throughput.py [--pairs 32] [--rounds 3] [--device cpu|cuda] [--bfloat16] [--smoke]
+Usage: python benchmarks/flow_throughput.py [--pairs 256] [--rounds 3] [--device cpu|cuda] [--bfloat16] [--smoke]
        [--out benchmarks/results/flow_throughput.txt]
 """
 
@@ -128,7 +128,8 @@ def ours(model: torch.nn.Module, frames: np.ndarray, flows: np.ndarray, device: 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(ap, rounds=3)
-    ap.add_argument("--pairs", type=int, default=32)
+    ap.add_argument("--pairs", type=int, default=256,
+                    help="image pairs (x 16 elements; at least 4,096 pair-elements lets evaluate tune its forward batch)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "flow_throughput.txt"),
                     help="also write the output here ('' = print only)")
     args = ap.parse_args()
