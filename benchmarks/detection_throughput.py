@@ -33,7 +33,7 @@ it itself). Data: key-object contexts (view 128, max_shift 64, box 10-50 % of th
 built-in digit scenes (test digits, scene seed 1, 300-px scenes, digits 51-96 px), as
 orbitscope.training.detection builds them.
 
-Usage: python benchmarks/detection_throughput.py [--samples 1] [--rounds 5] [--seed 0] [--threads N]
+Usage: python benchmarks/detection_throughput.py [--samples 4] [--rounds 5] [--seed 0] [--threads N]
        [--out benchmarks/results/detection_throughput.txt]   (--out '' prints only)
 """
 
