@@ -105,7 +105,7 @@ def test_listed_runs_in_yaml(tmp_path: Path) -> None:
      "path = 'a.safetensors'\n", r"\[defaults\]: unknown key\(s\) store"),
     ("data = [", "not valid TOML"),
     ("data = ['mnist-subset:test@4']\norbits = ['rotation:0:x']\n[[models]]\nname = 'a'\npath = 'a.safetensors'\n",
-     r"s.toml: model 'a' on 'mnist-subset:test@4' over 'rotation:0:x'"),
+     r"s\.toml: orbits entry 1 'rotation:0:x': orbit 'rotation:0:x': rotation needs START:STOP:STEP"),
     ("data = ['mnist-subset:test@4']\norbits = ['flip']\ntasks = [{ kind = 'classification', view_size = 64 }]\n"
      "[[models]]\nname = 'a'\npath = 'a.safetensors'\n", r"\(classification\): --view-size is for --task detection"),
     ("[[models]]\nname = 'a'\npath = 'a.safetensors'\n[[runs]]\nmodel = 'a'\ndata = ['x', 'y']\norbit = 'flip'\n",

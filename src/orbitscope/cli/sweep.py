@@ -10,6 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .common import HomeOption, TrustOption, console, err_console, executor_from_options, friendly_errors
 
@@ -85,22 +86,28 @@ def sweep_command(
     workers: Optional[int] = WorkersOption,
     out: Path = typer.Option(Path("sweep-output"), "--out", help="Folder for the summary CSV and the reports."),
     report: bool = typer.Option(True, "--report/--no-report", help="Write the reports of the sweep."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the runs and stop."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the file, list its runs and stop (nothing runs)."),
+    max_runs: Optional[int] = typer.Option(None, "--max-runs", help="The most runs the sweep may have (default "
+                                           "10,000, or $ORBITSCOPE_MAX_SWEEP_RUNS); the file is refused above it."),
     force: bool = typer.Option(False, "--force", help="Recompute runs already in the store."),
     trust: bool = TrustOption,
 ) -> None:
     """Run every evaluation of a sweep file (skipping runs already in the store), show one
-    progress view, print a summary table and write the reports of the sweep."""
+    progress view, print a summary table and write the reports of the sweep. The whole file is
+    checked (and its runs counted) before any run starts."""
     from ..engine.sweep_file import load_sweep
     from ..results.store import Store
 
-    plan = load_sweep(file, trust=trust)
+    if max_runs is not None and max_runs < 1:
+        raise ValueError(f"--max-runs must be at least 1, got {max_runs}")
+    plan = load_sweep(file, trust=trust, max_runs=max_runs)
     if dry_run:
-        table = Table(title=f"{len(plan.runs)} runs in {file}")
+        table = Table(title=Text(f"{len(plan.runs):,} run{'' if len(plan.runs) == 1 else 's'} in {file}"))
         for col in ("#", "run", "model", "data", "orbit", "task"):
             table.add_column(col, overflow="fold")
-        for k, r in enumerate(plan.runs):
-            table.add_row(str(k + 1), r.label or "", r.model_name or "", r.data_label, r.orbit.spec(), r.task_label)
+        for k, r in enumerate(plan.runs):  # the file's own text: never read as markup
+            table.add_row(str(k + 1), *(Text(v) for v in (r.label or "", r.model_name or "", r.data_label,
+                                                          r.orbit_label or str(r.orbit), r.task_label)))
         console.print(table)
         return
     ex_name = executor or plan.executor
@@ -115,11 +122,11 @@ def sweep_command(
         table.add_column(col, overflow="fold")
     for row in rows:
         status = {"failed": "[red]failed[/]", "reused": "reused"}.get(row["status"], row["status"])
-        table.add_row(row["run"], status, row["run_id"][:8], str(row["samples"]), _fmt(row["seconds"]), row["metric"],
-                      _fmt(row["at_identity"]), _fmt(row["mean"]), _fmt(row["worst"]))
+        table.add_row(Text(row["run"]), status, row["run_id"][:8], str(row["samples"]), _fmt(row["seconds"]),
+                      row["metric"], _fmt(row["at_identity"]), _fmt(row["mean"]), _fmt(row["worst"]))
     console.print(table)
     for o in result.failed:
-        err_console.print(f"[bold red]failed:[/] {o.error}", emoji=False, markup=False)
+        err_console.print(Text("failed: ", style="bold red") + Text(o.error or ""), emoji=False, soft_wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "summary.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["run"])

@@ -42,7 +42,8 @@ class SweepRun:
 
     ``label`` names it in tables (default: the run name); ``options`` are :func:`evaluate`'s
     keyword arguments (``batch_size``, ``normalize``, ``view_size``, …; not ``store``,
-    ``executor`` or ``progress``, which the sweep sets)."""
+    ``executor`` or ``progress``, which the sweep sets). ``data_label``, ``orbit_label`` and
+    ``task_label`` are the data, orbit and task as a sweep file wrote them (for tables)."""
 
     model: nn.Module
     data: Any
@@ -54,6 +55,7 @@ class SweepRun:
     label: str | None = None
     data_label: str = ""
     task_label: str = ""
+    orbit_label: str = ""
 
 
 @dataclass
