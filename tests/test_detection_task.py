@@ -363,7 +363,7 @@ def test_read_detections_pads_and_sorts_all_images_at_once_as_one_by_one(ragged)
         if n > 2 and i % 3 == 0:
             sc[-1], lab[-1] = -np.inf, -1  # a model's padding row
         if n > 3 and i % 5 == 0:
-            sc[1] = np.inf
+            sc[1] = -np.inf  # score -inf is padding whatever the label (NaN or +inf would be a ModelError)
         box = rng.uniform(0, 50, (n, 4)).astype(np.float32)
         d = {"boxes": torch.from_numpy(box) if i % 2 else box, "scores": torch.from_numpy(sc), "labels": torch.from_numpy(lab)}
         if i % 7 == 6:

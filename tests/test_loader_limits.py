@@ -76,8 +76,8 @@ def png_declaring(path: Path, width: int, height: int) -> Path:
 
 @pytest.fixture
 def tiny_model_dir(tmp_path: Path) -> Path:
-    (tmp_path / "hb_models.py").write_text("import torch\n\ndef make():\n    return torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), "
-                                           "torch.nn.Flatten(), torch.nn.Linear(3, 10))\n")
+    (tmp_path / "hb_models.py").write_text("import torch\n\ndef make():\n    return torch.nn.Sequential("
+                                           "torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 10))\n")
     return tmp_path
 
 
@@ -245,7 +245,8 @@ def test_a_gzip_idx_whose_stream_is_longer_than_its_header_says_is_refused_witho
     with gzip.open(path, "wb") as gz:
         gz.write(idx_header([2, 3]))
         gz.write(bytes(6 + 2**24))  # 16 MiB more than declared
-    with pytest.raises(DataError, match=r"long\.gz: oversized IDX payload for shape \(2, 3\) of uint8: expected 6 bytes, found 16777222"):
+    with pytest.raises(DataError, match=r"long\.gz: oversized IDX payload for shape \(2, 3\) of uint8: "
+                                        r"expected 6 bytes, found 16777222"):
         read_idx(path)
 
 
@@ -265,7 +266,8 @@ def test_a_gzip_idx_declaring_more_than_its_compressed_size_can_hold_is_refused(
     path = tmp_path / "short.gz"
     with gzip.open(path, "wb") as gz:
         gz.write(idx_header([1000, 1000, 100]) + bytes(100))  # 100 MB declared, 100 bytes given
-    with pytest.raises(DataError, match=r"short\.gz: truncated IDX payload: the header declares shape \(1000, 1000, 100\) .* more than a gzip file of \d+ bytes can hold"):
+    with pytest.raises(DataError, match=r"short\.gz: truncated IDX payload: the header declares shape "
+                                        r"\(1000, 1000, 100\) .* more than a gzip file of \d+ bytes can hold"):
         read_idx(path, max_bytes=2**40)
 
 

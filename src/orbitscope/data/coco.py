@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,10 +31,12 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataError
+from ..safe_repr import short_repr
 
 __all__ = ["DetectionSet", "read_coco", "write_coco", "key_object_contexts"]
 
 PathLike = str | os.PathLike[str]
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # boxes are stored as float32
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,13 +51,15 @@ class _Item:
 def _load_image(source: np.ndarray | Path) -> np.ndarray:
     if isinstance(source, np.ndarray):
         return source
-    from PIL import Image
+    from .image_files import DECODE_ERRORS, open_image
 
     try:
-        with Image.open(source) as im:
+        with open_image(source) as im:  # the declared size is checked first
             grey = im.mode in ("1", "L", "I;16", "I")
             arr = np.asarray(im.convert("L" if grey else "RGB"))
-    except (OSError, ValueError) as exc:
+    except DataError as exc:
+        raise DataError(f"cannot read the image {exc}") from exc
+    except DECODE_ERRORS as exc:
         raise DataError(f"cannot read the image {source}: {exc}") from exc
     return np.ascontiguousarray(arr[None] if arr.ndim == 2 else np.moveaxis(arr, -1, 0))
 
@@ -113,20 +119,93 @@ class DetectionSet(Dataset):
         return torch.from_numpy(self.image(i).astype(np.float32) / 255.0), self.target(i)
 
 
+def _where(kind: str, index: int, entry: dict[str, Any]) -> str:
+    """``annotation 3 (id 17)``: an entry of the JSON named by its index and, when it has one, its id."""
+    return f"{kind} {index}" + (f" (id {short_repr(entry['id'], 40)})" if "id" in entry else "")
+
+
+def _int_field(path: Path, where: str, entry: dict[str, Any], key: str) -> int:
+    """``entry[key]`` as an int (JSON integers, integral floats or digit strings), else a DataError."""
+    if key not in entry:
+        raise DataError(f"{path}: {where} has no {key!r}; COCO annotations need it (fix or remove the entry)")
+    value = entry[key]
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or \
+        (isinstance(value, float) and value.is_integer()) or \
+        (isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]{1,19}\s*", value) is not None)
+    if not ok or not -2**63 <= int(value) < 2**63:
+        raise DataError(f"{path}: {where}: {key!r} must be an integer (64-bit), got {short_repr(value, 60)}")
+    return int(value)
+
+
+def _bbox(path: Path, where: str, entry: dict[str, Any]) -> list[float]:
+    """``entry["bbox"]`` = [x, y, width, height], four finite numbers with width, height >= 0, as xyxy."""
+    if "bbox" not in entry:
+        raise DataError(f"{path}: {where} has no 'bbox'; give [x, y, width, height] in pixels or remove it")
+    b = entry["bbox"]
+    if not (isinstance(b, (list, tuple)) and len(b) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)):
+        raise DataError(f"{path}: {where}: 'bbox' must be [x, y, width, height], four numbers in pixels, got "
+                        f"{short_repr(b, 80)}")
+    x, y, w, h = (float(v) for v in b)
+    if not all(math.isfinite(v) and abs(v) <= _FLOAT32_MAX for v in (x, y, w, h, x + w, y + h)):
+        raise DataError(f"{path}: {where}: 'bbox' {short_repr(b, 80)} is not finite (or beyond float32); boxes "
+                        "must be finite numbers (fix or remove the annotation)")
+    if w < 0 or h < 0:
+        raise DataError(f"{path}: {where} of image {entry.get('image_id')!r} has a negative width or height "
+                        f"(bbox {short_repr(b, 80)})")
+    return [x, y, x + w, y + h]
+
+
+def _entries(path: Path, raw: dict[str, Any], key: str, kind: str) -> list[dict[str, Any]]:
+    entries = raw[key]
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise DataError(f"{path}: {kind} {i} of {key!r} must be an object, got {short_repr(entry, 60)}")
+    return entries
+
+
+def _unique_ids(path: Path, entries: list[dict[str, Any]], kind: str) -> list[int]:
+    ids = [_int_field(path, _where(kind, i, e), e, "id") for i, e in enumerate(entries)]
+    first: dict[int, int] = {}
+    for i, k in enumerate(ids):
+        if k in first:
+            raise DataError(f"{path}: {kind}s {first[k]} and {i} have the same id {k}; {kind} ids must be unique")
+        first[k] = i
+    return ids
+
+
 def read_coco(annotations: PathLike, images: PathLike | None = None, *,
               categories: Sequence[int | str] | None = None) -> DetectionSet:
     """A COCO-format annotation file as a :class:`DetectionSet` (images read lazily from
     ``images``, default: the JSON file's folder). ``categories`` keeps only those (ids or names);
-    images keep all their boxes of the kept categories, also images with none."""
+    images keep all their boxes of the kept categories, also images with none.
+
+    The file is checked whole before anything is built: every image needs a unique integer
+    ``id`` and a ``file_name``; every category a unique integer ``id``; every annotation an
+    ``image_id`` of a listed image, a ``category_id`` of a listed category and (unless it is a
+    crowd annotation) a ``bbox`` of four finite numbers with non-negative width and height.
+
+    Raises:
+        DataError: an unreadable or malformed file (also one nested too deeply to parse): one
+            line naming the file, the entry (its index and id) and the field.
+    """
     path = Path(annotations)
     try:
         raw = json.loads(path.read_text())
+    except RecursionError:
+        raise DataError(f"cannot read the COCO annotations {path}: its JSON is nested too deeply to parse "
+                        "(COCO files are a few levels deep)") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"cannot read the COCO annotations {path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise DataError(f"{path} is not COCO-format annotations: it holds a JSON {type(raw).__name__}, not an object "
+                        "with the lists 'images', 'annotations' and 'categories'")
     for key in ("images", "annotations", "categories"):
         if not isinstance(raw.get(key), list):
-            raise DataError(f"{path} is not COCO-format annotations: it has no list {key!r} (keys: {sorted(raw)})")
-    names = {int(c["id"]): str(c.get("name", c["id"])) for c in raw["categories"]}
+            raise DataError(f"{path} is not COCO-format annotations: it has no list {key!r} "
+                            f"(keys: {short_repr(sorted(map(str, raw)), 120)})")
+    cats = _entries(path, raw, "categories", "category")
+    names = {k: str(c.get("name", k)) for k, c in zip(_unique_ids(path, cats, "category"), cats)}
     keep = set(names)
     if categories is not None:
         by_name = {v: k for k, v in names.items()}
@@ -135,21 +214,41 @@ def read_coco(annotations: PathLike, images: PathLike | None = None, *,
             raise DataError(f"categories {unknown} are not in {path}; it has {sorted(names.values())}")
         keep = {by_name[c] if isinstance(c, str) else int(c) for c in categories}
     folder = Path(images) if images is not None else path.parent
-    per_image: dict[int, list[tuple[list[float], int]]] = {int(im["id"]): [] for im in raw["images"]}
-    for a in raw["annotations"]:
-        if a.get("iscrowd", 0) or int(a["category_id"]) not in keep:
+    listed = _entries(path, raw, "images", "image")
+    image_ids = _unique_ids(path, listed, "image")
+    for i, im in enumerate(listed):
+        if not (isinstance(im.get("file_name"), str) and im["file_name"]):
+            raise DataError(f"{path}: {_where('image', i, im)} " + (
+                f"has a 'file_name' that is not a non-empty string: {short_repr(im['file_name'], 60)}"
+                if "file_name" in im else "has no 'file_name'; give the image file's name relative to the images "
+                "folder"))
+    per_image: dict[int, list[tuple[list[float], int]]] = {k: [] for k in image_ids}
+    stray: list[tuple[int, int]] = []  # (annotation index, category id) of categories not listed
+    for i, a in enumerate(_entries(path, raw, "annotations", "annotation")):
+        where = _where("annotation", i, a)
+        image_id = _int_field(path, where, a, "image_id")
+        category = _int_field(path, where, a, "category_id")
+        if a.get("iscrowd", 0):
             continue
-        x, y, w, h = (float(v) for v in a["bbox"])
-        if w < 0 or h < 0:
-            raise DataError(f"annotation {a.get('id')} of image {a['image_id']} has a negative width or height")
-        if int(a["image_id"]) not in per_image:
-            raise DataError(f"annotation {a.get('id')} refers to image {a['image_id']}, which is not listed")
-        per_image[int(a["image_id"])].append(([x, y, x + w, y + h], int(a["category_id"])))
+        box = _bbox(path, where, a)
+        if category not in names:
+            stray.append((i, category))
+            continue
+        if category not in keep:
+            continue
+        if image_id not in per_image:
+            raise DataError(f"{path}: {where} refers to image {image_id}, which is not listed in 'images'")
+        per_image[image_id].append((box, category))
+    if stray:
+        found = sorted({c for _, c in stray})
+        raise DataError(f"{path}: {len(stray)} annotation(s) (the first: annotation {stray[0][0]}) have category_id "
+                        f"{short_repr(found, 60)}, not listed in 'categories' (ids {short_repr(sorted(names), 60)}); "
+                        "add those categories or remove the annotations")
     items = []
-    for im in sorted(raw["images"], key=lambda im: int(im["id"])):
-        anns = per_image[int(im["id"])]
+    for k, im in sorted(zip(image_ids, listed), key=lambda pair: pair[0]):
+        anns = per_image[k]
         items.append(_Item(folder / im["file_name"], np.asarray([b for b, _ in anns], np.float32).reshape(-1, 4),
-                           np.asarray([c for _, c in anns], np.int64), int(im["id"]), str(im["file_name"])))
+                           np.asarray([c for _, c in anns], np.int64), k, str(im["file_name"])))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     return DetectionSet(items, {k: names[k] for k in sorted(keep)},
                         f"coco:{path.name}:{digest}" + (f":{','.join(map(str, sorted(keep)))}" if categories else ""))

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import DataError
+from ..errors import DataError, ModelError
 from ..group.elements import Transforms
 from .base import Kind, Layout, register_kind
 from .points import transform_keypoints
@@ -250,8 +250,13 @@ def read_detections(raw: Sequence[Any]) -> Boxes:
     """torchvision-style detections (a list, one dict per image, with ``boxes`` (n, 4) xyxy,
     ``scores`` (n,) and ``labels`` (n,)) -> a padded :class:`Boxes` with ``scores``, each image's
     boxes sorted by decreasing score (stable: equal scores keep the model's order; padding rows
-    are invalid, score -inf; so are rows a model padded itself, with label -1 or a non-finite
-    score). The images are padded into one tensor and sorted together (one batched sort)."""
+    are invalid, score -inf; so are rows a model padded itself, with label -1 or score -inf).
+    The images are padded into one tensor and sorted together (one batched sort).
+
+    Raises:
+        ModelError: a detection that is not padding has a NaN or infinite box coordinate, or a
+            score of NaN or +inf (as flow and point-cloud models with non-finite outputs).
+    """
     if not isinstance(raw, (list, tuple)) or not all(isinstance(d, dict) for d in raw):
         raise DataError(f"detections must be a list with one dict per image, got {type(raw).__name__}")
     boxes, scores, labels = [], [], []
@@ -264,6 +269,15 @@ def read_detections(raw: Sequence[Any]) -> Boxes:
                else torch.zeros(len(b), dtype=torch.int64))
         if not (len(b) == len(sc) == len(lab)):
             raise DataError(f"detection output {i}: {len(b)} boxes, {len(sc)} scores, {len(lab)} labels")
+        real = (lab >= 0) & (sc != -torch.inf)  # not a model's own padding
+        bad = real & ~(torch.isfinite(sc) & torch.isfinite(b).all(dim=1))
+        if bool(bad.any()):
+            j = int(torch.nonzero(bad)[0])
+            what = "score" if not bool(torch.isfinite(sc[j])) else "box"
+            raise ModelError(f"the detector returned a non-finite {what} for image {i} of a batch (detection {j} of "
+                             f"{len(b)}: box {[round(float(v), 3) for v in b[j]]}, score {float(sc[j])}; "
+                             f"{int(bad.sum())} such); pad with label -1 or score -inf, else return finite values: "
+                             "check the model and its inputs")
         boxes.append(b)
         scores.append(sc)
         labels.append(lab)
@@ -289,7 +303,7 @@ def read_detections(raw: Sequence[Any]) -> Boxes:
     order = torch.argsort(sc, dim=1, descending=True, stable=True)
     xyxy, sc, lab = xyxy.gather(1, order[..., None].expand(r, n, 4)), sc.gather(1, order), lab.gather(1, order)
     filled = torch.arange(n, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
-    valid = filled & (lab >= 0) & torch.isfinite(sc)  # label -1 or score -inf/NaN: a model's padding
+    valid = filled & (lab >= 0) & torch.isfinite(sc)  # label -1 or score -inf: a model's padding
     return Boxes(xyxy, torch.where(filled, lab, -1), valid, torch.where(filled, sc, -torch.inf))
 
 

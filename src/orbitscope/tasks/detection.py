@@ -279,7 +279,7 @@ class Detection(Task):
             if raw.ndim != 3 or raw.shape[-1] != 6:
                 raise ModelError("a detector returning a tensor must return (batch, n, 6) rows (x0, y0, x1, y1, score, "
                                  f"label), got shape {tuple(raw.shape)}; or return torchvision-style list[dict]")
-            keep = torch.isfinite(raw[..., 4]) & (raw[..., 5] >= 0)
+            keep = (raw[..., 4] != -torch.inf) & (raw[..., 5] >= 0)  # padding; NaN is refused (read_detections)
             return read_detections([{"boxes": r[m, :4], "scores": r[m, 4], "labels": r[m, 5].long()}
                                     for r, m in zip(raw, keep)])
         if isinstance(raw, (list, tuple)) and all(isinstance(d, dict) for d in raw):
