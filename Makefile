@@ -116,3 +116,10 @@ study-lee: $(STAMP) datasets
 
 clean:
 	rm -rf $(VENV) orbitscope-runs demo-output .pytest_cache site
+
+# The fuzz suite of issue 38 (tests/fuzz: every loader and spec parser, each case in a worker under a
+# memory cap and a time cap) with its long profile: many random examples per target (make test runs
+# it with a few derandomised ones)
+.PHONY: fuzz
+fuzz: $(STAMP)
+	ORBITSCOPE_FUZZ_PROFILE=long $(BIN)/python -m pytest -q tests/fuzz -p no:cacheprovider

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from .._registry import Registry
 from ..errors import DataError, SpecError
+from ..safe_repr import short_repr, short_text
 from .arrays import ArrayDataset
 from .builtin import fashion_mnist, load_idx_dataset, mnist_subset
 from .folder import ImageFolder
@@ -149,7 +150,10 @@ def _load_npz(path: str) -> ArrayDataset:
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{path}: cannot read the arrays 'x' and 'y' ({exc}); save plain numeric arrays with "
                         "np.savez(PATH, x=images, y=labels) (object arrays would need pickle, which is refused)") from exc
-    return ArrayDataset(x, y, f"npz:{path}")
+    try:
+        return ArrayDataset(x, y, f"npz:{path}")
+    except DataError as exc:  # the arrays' shapes or types: name the file
+        raise DataError(f"{path}: {exc}") from None
 
 
 @register_data_spec("coco", usage="coco:ANNOTATIONS.json[:IMAGES_DIR]")
@@ -190,43 +194,53 @@ def parse_data_spec(spec: str) -> ArrayDataset | ImageFolder:
         hint = f"; for a file or folder write e.g. 'npz:{os.fspath(spec)}' or 'folder:{os.fspath(spec)}'" \
             if isinstance(spec, os.PathLike) else ""
         raise SpecError(f"a data spec is a string such as 'mnist-subset:test@100', got {type(spec).__name__}{hint}")
+    shown = short_repr(spec)
     text = spec.strip()
     if not text:
         raise SpecError(f"empty data spec; {_forms()}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise SpecError(f"data spec {shown} holds a control character (a newline, tab, NUL, ...); write the spec on "
+                        "one line, without control characters")
     limit: int | None = None
     head, at, tail = text.rpartition("@")
     if at:
         count = tail.strip()
         if count.isascii() and count.isdigit():
-            text, limit = head.strip(), int(count)
+            # more than 18 digits: 10^18, more than any dataset holds (int() of 5,000 digits would raise)
+            text, limit = head.strip(), int(count[-19:]) if len(count.lstrip("0")) <= 18 else 10**18
             if limit <= 0:
-                raise SpecError(f"{spec!r}: the @N limit must be positive (the number of samples to keep), got @{count}")
+                raise SpecError(f"{shown}: the @N limit must be positive (the number of samples to keep), "
+                                f"got @{short_text(count, 40)}")
         elif not count or _COUNT_LIKE.fullmatch(count):
-            raise SpecError(f"{spec!r}: the @N suffix must be a positive integer (the number of samples to keep), "
-                            f"got '@{count}'")
+            raise SpecError(f"{shown}: the @N suffix must be a positive integer (the number of samples to keep), "
+                            f"got '@{short_text(count, 40)}'")
     prefix, sep, rest = text.partition(":")
     key = prefix.strip().lower()
     if key not in DATA_SPECS:
         base = key.split("@")[0]
         if base in DATA_SPECS:
-            raise SpecError(f"{spec!r}: unexpected {key[len(base):]!r} after {base!r}: only one @N suffix "
+            raise SpecError(f"{shown}: unexpected {short_repr(key[len(base):], 40)} after {base!r}: only one @N suffix "
                             f"(N a positive integer) may follow, e.g. '{base}@100'")
-        raise SpecError(f"unknown data spec {spec!r}; {_forms()}")
+        raise SpecError(f"unknown data spec {shown}; {_forms()}")
     rest = rest.strip()
     if sep and not rest:
-        raise SpecError(f"data spec {spec!r} has nothing after ':'; {_forms()}")
+        raise SpecError(f"data spec {shown} has nothing after ':'; {_forms()}")
     try:
         ds = DATA_SPECS.get(key)(rest)
     except SpecError as exc:
         hint = " (an @N suffix must be a positive integer)" if "@" in rest else ""
-        raise SpecError(f"data spec {spec!r}: {exc}{hint}") from exc
+        raise SpecError(f"data spec {shown}: {short_text(str(exc), 600)}{hint}") from exc
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+        raise
+    except OSError as exc:  # e.g. a file name too long for the file system
+        raise DataError(f"data spec {shown}: cannot open {short_repr(rest)}: {exc.strerror or exc}") from exc
     if not (hasattr(ds, "__len__") and hasattr(ds, "__getitem__")):
         raise TypeError(f"the parser registered for data spec prefix {key!r} returned {type(ds).__name__}, "
                         "not a dataset of (image, label)")
     if limit is not None:
         data_id = getattr(ds, "data_id", text)
         if limit > len(ds):
-            raise SpecError(f"{spec!r}: asked for {limit} samples but {data_id} has {len(ds)}; "
+            raise SpecError(f"{shown}: asked for {limit} samples but {data_id} has {len(ds)}; "
                             f"use @{len(ds)} or fewer")
         if hasattr(ds, "subset"):
             ds = ds.subset(slice(0, limit), data_id=f"{data_id}@{limit}")
