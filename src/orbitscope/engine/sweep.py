@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 from torch import nn
 
 from ..errors import JobError, OrbitscopeError
+from ..safe_repr import short_repr
 from .chunk import ChunkJob, evaluate_chunk
 from .evaluation import PlannedRun, Run, plan_run
 from .executor_base import JobFailure
@@ -181,7 +182,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
         try:
             o.run = p.finish()
         except (OrbitscopeError, OSError, ValueError) as exc:  # e.g. an empty dataset, a full disk
-            fail(i, f"run {p.name!r} ({p.run_id}): {type(exc).__name__}: {exc}")
+            fail(i, f"run {short_repr(p.name, 80)} ({p.run_id}): {type(exc).__name__}: {exc}")
             return
         o.status, o.samples = "done", p.done
         o.seconds = time.perf_counter() - started.get(i, t0)
@@ -234,7 +235,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                         yield i, job
                 except (OrbitscopeError, OSError, ValueError, TypeError, RuntimeError) as exc:  # reading its data
                     if i in planned:
-                        fail(i, f"run {p.name!r} ({p.run_id}): reading its data failed: {type(exc).__name__}: {exc}")
+                        fail(i, f"run {short_repr(p.name, 80)} ({p.run_id}): reading its data failed: {type(exc).__name__}: {exc}")
 
         while planned:
             try:
@@ -243,12 +244,12 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                     if p is None:  # the run failed already; its late chunks are dropped
                         continue
                     if isinstance(result, JobFailure):
-                        fail(i, f"run {p.name!r} ({p.run_id}), {_chunk_text(job)}: {result.kind}: {result.message}")
+                        fail(i, f"run {short_repr(p.name, 80)} ({p.run_id}), {_chunk_text(job)}: {result.kind}: {result.message}")
                         continue
                     try:
                         p.write(job, result)
                     except (OrbitscopeError, OSError, ValueError) as exc:
-                        fail(i, f"run {p.name!r} ({p.run_id}), writing {_chunk_text(job)}: {type(exc).__name__}: {exc}")
+                        fail(i, f"run {short_repr(p.name, 80)} ({p.run_id}), writing {_chunk_text(job)}: {type(exc).__name__}: {exc}")
                         continue
                     report(i, "running")
                     if p.source.n_chunks is not None and len(p.skip) >= p.source.n_chunks:
@@ -260,7 +261,7 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
                 if key in planned:
                     p = planned[key]
                     where = _chunk_text(job) if isinstance(job, ChunkJob) else "a chunk"
-                    fail(key, f"run {p.name!r} ({p.run_id}), {where}: {exc}")
+                    fail(key, f"run {short_repr(p.name, 80)} ({p.run_id}), {where}: {exc}")
                 elif key is None:
                     for i in sorted(planned):
                         fail(i, f"the executor failed: {exc}")
