@@ -77,7 +77,8 @@ def png_declaring(path: Path, width: int, height: int) -> Path:
 @pytest.fixture
 def tiny_model_dir(tmp_path: Path) -> Path:
     (tmp_path / "hb_models.py").write_text("import torch\n\ndef make():\n    return torch.nn.Sequential("
-                                           "torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(3, 10))\n")
+                                           "torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), "
+                                           "torch.nn.Linear(3, 10))\n")
     return tmp_path
 
 
@@ -278,3 +279,30 @@ def test_an_idx_header_of_255_dimensions_names_the_file(tmp_path):
         with pytest.raises(DataError) as err:
             read_idx(tmp_path / name)
         assert str(tmp_path / name) in str(err.value), str(err.value)
+
+
+# ----------------------------------------------------------------------------------- .flo files (flow-folder)
+
+
+def test_a_flo_file_is_measured_before_it_is_read(tmp_path):
+    """A 4 GiB (sparse) file whose header declares 2x2: refused from its header and size, under a
+    memory cap far below the file's size."""
+    path = tmp_path / "big.flo"
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<fii", 202021.25, 2, 2))
+        fh.truncate(4 * 2**30)
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from orbitscope.data.piv import read_flo
+        from orbitscope.errors import DataError
+        held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (held + 2**28, held + 2**28))
+        try:
+            read_flo({str(path)!r})
+        except DataError as exc:
+            print(exc)
+            sys.exit(2)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"{path}: a 2x2 .flo file has 44 bytes, this one {4 * 2**30} (trailing data)" in proc.stdout

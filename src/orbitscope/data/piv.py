@@ -782,22 +782,28 @@ def read_flo(path: PathLike) -> np.ndarray:
     """Read a Middlebury ``.flo`` file: (2, H, W) float32 (u, v) in px; unknown flow (|value| > 1e9) -> NaN.
 
     Format (little-endian): float32 magic 202021.25, int32 width W, int32 height H, then H·W·2
-    float32 row-major with (u, v) interleaved per pixel.
+    float32 row-major with (u, v) interleaved per pixel. The header is checked against the file's
+    size before the payload is read.
     """
-    raw = Path(path).read_bytes()
-    if len(raw) < 12:
-        raise DataError(f"{path}: {len(raw)} bytes, too short for a .flo header (12 bytes: magic, width, height)")
-    magic = np.frombuffer(raw, "<f4", 1)[0]
-    if magic != np.float32(FLO_MAGIC):
-        raise DataError(f"{path}: not a Middlebury .flo file (magic {magic!r}, bytes {raw[:4]!r}; expected "
-                        f"{FLO_MAGIC} = b'PIEH'){' (a big-endian file?)' if raw[:4] == b'HEIP' else ''}")
-    w, h = (int(v) for v in np.frombuffer(raw, "<i4", 2, 4))
-    if w < 1 or h < 1 or w > 1 << 20 or h > 1 << 20:
-        raise DataError(f"{path}: implausible .flo size width={w}, height={h} (a corrupt header?)")
-    expected = 12 + 8 * w * h
-    if len(raw) != expected:
-        raise DataError(f"{path}: a {w}x{h} .flo file has {expected} bytes, this one {len(raw)} "
-                        f"({'truncated' if len(raw) < expected else 'trailing data'})")
+    with open(path, "rb") as fh:
+        raw = fh.read(12)
+        total = os.fstat(fh.fileno()).st_size
+        if len(raw) < 12:
+            raise DataError(f"{path}: {len(raw)} bytes, too short for a .flo header (12 bytes: magic, width, height)")
+        magic = np.frombuffer(raw, "<f4", 1)[0]
+        if magic != np.float32(FLO_MAGIC):
+            raise DataError(f"{path}: not a Middlebury .flo file (magic {magic!r}, bytes {raw[:4]!r}; expected "
+                            f"{FLO_MAGIC} = b'PIEH'){' (a big-endian file?)' if raw[:4] == b'HEIP' else ''}")
+        w, h = (int(v) for v in np.frombuffer(raw, "<i4", 2, 4))
+        if w < 1 or h < 1 or w > 1 << 20 or h > 1 << 20:
+            raise DataError(f"{path}: implausible .flo size width={w}, height={h} (a corrupt header?)")
+        expected = 12 + 8 * w * h
+        if total == expected:
+            raw += fh.read(expected - 12)
+            total = len(raw)  # shorter if the file shrank meanwhile
+    if total != expected:
+        raise DataError(f"{path}: a {w}x{h} .flo file has {expected} bytes, this one {total} "
+                        f"({'truncated' if total < expected else 'trailing data'})")
     flow = np.frombuffer(raw, "<f4", 2 * w * h, 12).reshape(h, w, 2).transpose(2, 0, 1).astype(np.float32)
     flow[:, (np.abs(flow) > FLO_UNKNOWN_THRESHOLD).any(0)] = np.nan
     return flow
