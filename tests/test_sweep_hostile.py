@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,7 +132,8 @@ def test_short_repr_is_bounded_on_the_laughs() -> None:
 
 
 @pytest.mark.parametrize("value", [None, True, 3, -2.5, "plain", "it's", b"\x00ab", [1, "x", None], (1,), (),
-                                   {"a": [1, 2], "b": {"c": (3, 4)}}, {1, 2}, frozenset({3}), [[], {}], float("nan")])
+                                   {"a": [1, 2], "b": {"c": (3, 4)}}, {1, 2}, frozenset({3}), [[], {}], float("nan"),
+                                   np.int64(3), [np.float32(2.5)], np.array(7)])
 def test_short_repr_of_small_values_is_their_repr(value: object) -> None:
     assert short_repr(value) == repr(value)  # the reference: Python's own repr
 
@@ -154,6 +156,7 @@ def test_short_repr_bounds_what_repr_cannot() -> None:
 
     assert short_repr([Costly()]) == "[<Costly>]"
     assert short_repr(torch.zeros(3, 4)) == "<Tensor of shape (3, 4) and dtype torch.float32>"
+    assert short_repr(np.array(Costly(), dtype=object)) == "<ndarray of shape () and dtype object>"
     assert short_text("a\nb" * 1000, 10) == "a ba ba ba…"
 
 

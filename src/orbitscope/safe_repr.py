@@ -68,6 +68,10 @@ class _Writer:
             self.container(value, depth, path)
             return
         shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if isinstance(shape, tuple) and len(shape) == 0 and type(value).__module__ == "numpy" \
+                and getattr(dtype, "kind", None) in ("b", "i", "u", "f", "c", "m", "M"):
+            self.put(repr(value))  # a numpy number: short, like a number
+            return
         if isinstance(shape, tuple) and dtype is not None:  # an array or tensor: its shape, not its values
             self.put(f"<{type(value).__name__} of shape {tuple(shape)} and dtype {dtype}>")
             return

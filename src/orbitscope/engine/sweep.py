@@ -194,8 +194,8 @@ def sweep(runs: Sequence[SweepRun], *, store: Any, executor: str | Executor | No
     # each run's one-writer lock is released as soon as that run ends
     with ExitStack() as modes:
         modes.callback(lambda: [release(i) for i in list(locks)])
-        for i, spec in enumerate(runs):
-            o = outcomes[i]
+        for i, o in enumerate(outcomes):  # each run made once (a sweep file's runs are made when read)
+            spec = o.spec
             lock = locks[i] = ExitStack()
             try:
                 p = plan_run(modes, spec.model, spec.data, spec.orbit, spec.task, store=st, name=spec.name,
