@@ -174,7 +174,7 @@ MALFORMED = {
     # the minors: duplicate image ids and annotations of categories that are not listed
     "duplicate image ids": (lambda d: _edit(d, "images:1", "id", 1), ["images 0 and 1 have the same id 1"]),
     "duplicate category ids": (lambda d: d["categories"].append({"id": 3, "name": "mug"}) or d,
-                               ["categorys 0 and 1 have the same id 3"]),
+                               ["categories 0 and 1 have the same id 3"]),
     "unknown category": (lambda d: _edit(_edit(d, "annotations:0", "category_id", 7), "annotations:1",
                                          "category_id", 8),
                          ["2 annotation(s) (the first: annotation 0) have category_id [7, 8], not listed in "

@@ -169,7 +169,8 @@ def _unique_ids(path: Path, entries: list[dict[str, Any]], kind: str) -> list[in
     first: dict[int, int] = {}
     for i, k in enumerate(ids):
         if k in first:
-            raise DataError(f"{path}: {kind}s {first[k]} and {i} have the same id {k}; {kind} ids must be unique")
+            plural = "categories" if kind == "category" else f"{kind}s"
+            raise DataError(f"{path}: {plural} {first[k]} and {i} have the same id {k}; {kind} ids must be unique")
         first[k] = i
     return ids
 
