@@ -32,7 +32,7 @@ CASE_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0
 PROFILE_ENV = "ORBITSCOPE_FUZZ_PROFILE"
 
-settings.register_profile("fuzz-default", max_examples=12, deadline=None, derandomize=True, database=None,
+settings.register_profile("fuzz-default", max_examples=25, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.function_scoped_fixture])
 settings.register_profile("fuzz-long", max_examples=400, deadline=None, database=None,

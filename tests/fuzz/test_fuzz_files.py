@@ -216,7 +216,8 @@ def npz_bytes(shape: list[int], descr: str, payload: int, keep: float | None, y_
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": tuple(shape)})
     y = io.BytesIO()
-    np.save(y, np.zeros(max(shape[0] if shape else 1, 1) if y_ok else 3, np.int64))
+    n = shape[0] if shape else 1
+    np.save(y, np.zeros(n if y_ok and n <= 64 else 3, np.int64))  # labels matching x (when small) or not
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
         z.writestr("x.npy", header.getvalue() + bytes(payload))

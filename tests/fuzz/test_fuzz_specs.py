@@ -4,6 +4,8 @@ capped worker (``fuzzing.py``): a correct load, or one line naming the spec."""
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,8 +42,9 @@ def spec_names(spec: str) -> tuple[str, ...]:
     ("empty" for a blank spec)."""
     if not spec.strip():
         return ("empty",)
-    parts = [q.strip() for q in spec.split(" x ")] if " x " in spec else []  # an orbit product names its factor
-    parts.append(spec.partition(":")[2].strip())  # a path-taking prefix names the path
+    parts = [q.strip() for q in re.split(" x |×", spec)]  # an orbit product names its factor
+    rest = spec.partition(":")[2].strip()
+    parts += [rest, rest.rpartition("@")[0].strip(), *(q.strip() for q in rest.split(","))]  # the path(s), no @N
     return (spec.strip()[:30], repr(spec)[1:31], repr(spec.strip())[1:31], *(q[:30] for q in parts if q),
             *(repr(q)[1:31] for q in parts if q))
 

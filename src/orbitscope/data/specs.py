@@ -164,6 +164,8 @@ def _coco_spec(rest: str) -> Dataset:
         raise SpecError("expected coco:ANNOTATIONS.json[:IMAGES_DIR] (COCO-format annotations; images beside the "
                         "file unless IMAGES_DIR is given)")
     ann, _, images = rest.partition(":")
+    if not ann.strip():
+        raise SpecError("the annotations file is missing before ':'; expected coco:ANNOTATIONS.json[:IMAGES_DIR]")
     return read_coco(Path(ann).expanduser(), Path(images).expanduser() if images else None)
 
 

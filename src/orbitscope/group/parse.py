@@ -8,6 +8,7 @@ import difflib
 
 
 from ..errors import SpecError
+from ..safe_repr import short_repr, short_text
 from .finite import D4, Flip, TimeReversal, d4_time_reversal
 from .grids import check_size, finite_number, inclusive_range
 from .orbits import Brightness, Contrast, Orbit, Product, Rotation, Rotation90, Scale, Translation
@@ -56,14 +57,19 @@ def parse_orbit(text: str) -> Orbit:
         raise SpecError(f"orbit {text.strip()!r} has a dangling ' x ': a product needs an orbit on both sides, "
                         "e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'")
     factors = parts
-    orbits = [_parse_single(f) for f in factors]
-    kinds = [o.kind for o in orbits]
-    if kinds == ["d4", "time_reversal"]:  # the two commute: always NERO's layout (time_reversed, d4)
-        orbits = orbits[::-1]
-    out = orbits[0]
-    for o in orbits[1:]:
-        check_size(out.size * o.size, f"orbit {text!r}")
-        out = Product(out, o)
+    try:
+        orbits = [_parse_single(f) for f in factors]
+        kinds = [o.kind for o in orbits]
+        if kinds == ["d4", "time_reversal"]:  # the two commute: always NERO's layout (time_reversed, d4)
+            orbits = orbits[::-1]
+        out = orbits[0]
+        for o in orbits[1:]:
+            check_size(out.size * o.size, f"orbit {text!r}")
+            out = Product(out, o)
+    except ValueError as exc:  # an orbit's own check (e.g. 'so3:0', 'scale:0:0:1'): name the spec
+        if any(f and f in str(exc) for f in factors):
+            raise
+        raise SpecError(f"orbit {short_repr(text.strip())}: {short_text(str(exc), 600)}") from exc
     return out
 
 
