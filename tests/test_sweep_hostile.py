@@ -327,10 +327,14 @@ def test_model_entries_are_checked_before_any_model_loads(folder: Path) -> None:
         '[[models]]\nname = "a"\npath = "a.safetensors"\n[[models]]\nname = "b"\nfactory = "x:y"\nweights = []\n':
             r"\[\[models\]\] entry 2 \('b'\): weights must be",
         '[[models]]\nname = "a"\npath = "missing.safetensors"\n': r"\[\[models\]\] entry 1 \('a'\): .*missing\.safetensors",
+        '[[models]]\nname = "a"\nfactory = "no_such_module_h38:make"\n':
+            r"s\.toml: \[\[models\]\] entry 1 \('a'\): cannot import module 'no_such_module_h38'",
+        '[[models]]\nname = "a"\nfactory = "torch.nn:NoSuchLayer"\n':
+            r"s\.toml: \[\[models\]\] entry 1 \('a'\): module 'torch\.nn' has no attribute 'NoSuchLayer'",
     }
     for text, match in cases.items():
         (folder / "s.toml").write_text(base + text)
-        with pytest.raises((SpecError, FileNotFoundError), match=match):
+        with pytest.raises((SpecError, FileNotFoundError, ImportError), match=match):  # str() names the entry
             load_sweep(folder / "s.toml")
 
 

@@ -146,9 +146,10 @@ def naming(where: str) -> Iterator[None]:
         yield
     except (OrbitscopeError, ValueError, TypeError, AttributeError, LookupError, OSError, ImportError) as exc:
         text = f"{where}: {short_text(str(exc))}"
-        if isinstance(exc, (OrbitscopeError, OSError, ImportError)) and len(exc.args) == 1 \
-                and isinstance(exc.args[0], str):
-            exc.args = (text,)  # the same error (FileNotFoundError, ModelError, …), named
+        if isinstance(exc, (ImportError, OSError)):  # the same kind of error (FileNotFoundError, …), named
+            raise (ImportError if isinstance(exc, ImportError) else type(exc))(text) from exc
+        if isinstance(exc, OrbitscopeError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+            exc.args = (text,)  # the same error (ModelError, DataError, …: their str() is args[0]), named
             raise
         raise SpecError(text) from exc
 
