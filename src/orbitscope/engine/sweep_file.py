@@ -185,9 +185,10 @@ def _check_structure(raw: Any, p: Path, limit: int) -> None:
                 size, h = measure(child, depth + 1)
                 total, height = total + size, max(height, h + 1)
                 if total > limit:
-                    raise SpecError(f"{p}: its values expand to more than {limit:,} through YAML aliases (an alias "
-                                    "repeats its anchor: a few hundred bytes can stand for billions); write them out, "
-                                    f"or raise the bound (100 values per run allowed) with {_raise_hint()}")
+                    how = (f"its values expand to more than {limit:,} through YAML aliases (an alias repeats its "
+                           "anchor: a few hundred bytes can stand for billions); write them out"
+                           if p.suffix.lower() in (".yaml", ".yml") else f"more than {limit:,} values; list fewer")
+                    raise SpecError(f"{p}: {how}, or raise the bound (100 values per run allowed) with {_raise_hint()}")
             open_now.discard(key)
             measured[key] = (total, height)
         total, height = measured[key]
