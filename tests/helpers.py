@@ -120,3 +120,58 @@ def interrupt_after(calls: int) -> Callable[[int, "int | None"], None]:
             raise KeyboardInterrupt
 
     return progress
+
+
+# -- the command line under a memory cap (hostile-input tests) ------------------------------------
+#: What a capped command may allocate beyond what its interpreter holds once orbitscope, torch, the
+#: CLI and the loaders are imported: those imports alone map about 3.5 GB of address space, so an
+#: RLIMIT_AS of 1 GiB set before them could not even load libtorch; the child sets it after them.
+CLI_CAP_BYTES = 2**30
+CLI_TIMEOUT_S = 120
+_CAPPED_CHILD = """
+import resource, sys
+import orbitscope, orbitscope.cli, orbitscope.engine, orbitscope.data, orbitscope.data.meshes, orbitscope.data.piv
+import cv2  # imported before the cap, as the loaders would
+from orbitscope.cli import app
+held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (held + int(sys.argv[1]),) * 2)
+sys.argv = ["orbitscope", *sys.argv[2:]]
+app()
+"""
+
+
+def start_capped_cli(args: list[str], cwd: "str | object", env: "dict[str, str] | None" = None,
+                     cap_bytes: int = CLI_CAP_BYTES, unset: "tuple[str, ...]" = ()) -> "subprocess.Popen[str]":
+    """Start ``orbitscope ARGS`` in a subprocess that may allocate at most ``cap_bytes`` beyond its
+    imports (``COLUMNS=400``: one message is one line, however long), with ``env`` on top of this
+    process's environment less the variables in ``unset``; finish it with :func:`finish_capped_cli`."""
+    import os
+    import subprocess
+    import sys
+
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
+    full_env = {**inherited, "COLUMNS": "400", **(env or {})}
+    return subprocess.Popen([sys.executable, "-c", _CAPPED_CHILD, str(int(cap_bytes)), *args], cwd=cwd,
+                            env=full_env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish_capped_cli(proc: "subprocess.Popen[str]", timeout_s: float = CLI_TIMEOUT_S) -> "subprocess.CompletedProcess[str]":
+    """Wait for a :func:`start_capped_cli` process; kill it and fail the test after ``timeout_s``."""
+    import subprocess
+
+    import pytest
+
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"orbitscope ran past {timeout_s} s: {err[-2000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_capped_cli(args: list[str], cwd: "str | object", env: "dict[str, str] | None" = None,
+                   timeout_s: float = CLI_TIMEOUT_S) -> "subprocess.CompletedProcess[str]":
+    """``orbitscope ARGS`` under the memory cap (:func:`start_capped_cli`), failing the test after
+    ``timeout_s``."""
+    return finish_capped_cli(start_capped_cli(args, cwd, env), timeout_s)

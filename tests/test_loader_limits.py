@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import struct
 import subprocess
 import sys
@@ -25,29 +24,14 @@ from orbitscope.data.image_files import MAX_IMAGE_PIXELS, MAX_IMAGE_PIXELS_ENV, 
 from orbitscope.data.piv import FlowFolder
 from orbitscope.errors import DataError
 
-#: The memory the command may allocate beyond what the interpreter holds once orbitscope, torch and
-#: the CLI are imported (an RLIMIT_AS of 1 GiB alone cannot even map libtorch).
-CAP_BYTES = 2**30
-TIMEOUT_S = 120
+from helpers import CLI_TIMEOUT_S, run_capped_cli
 
-_CHILD = textwrap.dedent("""
-    import resource, sys
-    import orbitscope, orbitscope.cli, orbitscope.engine, orbitscope.data, cv2  # imported before the cap
-    from orbitscope.cli import app
-    held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
-    cap = held + int(sys.argv[1])
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    sys.argv = ["orbitscope", *sys.argv[2:]]
-    app()
-""")
+TIMEOUT_S = CLI_TIMEOUT_S
 
 
 def run_capped(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``orbitscope ARGS`` in a subprocess with at most CAP_BYTES more address space than its
-    imports hold, killed after TIMEOUT_S (the test fails then)."""
-    full_env = {**os.environ, "COLUMNS": "400", **(env or {})}
-    return subprocess.run([sys.executable, "-c", _CHILD, str(CAP_BYTES), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=full_env)
+    """``orbitscope ARGS`` under the memory cap of :func:`helpers.run_capped_cli`."""
+    return run_capped_cli(args, cwd, env)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

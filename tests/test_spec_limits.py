@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import subprocess
-import sys
-import textwrap
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -24,28 +21,16 @@ from orbitscope.data import parse_data_spec
 from orbitscope.data.limits import MAX_DATA_BYTES, MAX_DATA_BYTES_ENV, MAX_DATA_ITEMS_ENV, data_byte_limit
 from orbitscope.errors import DataError, SpecError
 
-#: address space the command may take beyond what its imports (torch, the CLI) hold
-CAP_BYTES = 2**30
-TIMEOUT_S = 120
-_CHILD = textwrap.dedent("""
-    import resource, sys
-    import orbitscope, orbitscope.cli, orbitscope.data, orbitscope.data.meshes, orbitscope.data.piv
-    from orbitscope.cli import app
-    held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (held + int(sys.argv[1]),) * 2)
-    sys.argv = ["orbitscope", *sys.argv[2:]]
-    app()
-""")
-
+from helpers import finish_capped_cli, start_capped_cli
 
 def evaluate_capped(spec: str, tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``orbitscope evaluate --data SPEC`` (the data spec is read before the model) under the caps."""
     args = ["evaluate", "--model", "nomodule:factory", "--data", spec, "--orbit", "rotation90", "--task",
             "pointcloud", "--home", str(tmp_path / "home")]
-    inherited = {k: v for k, v in os.environ.items() if k not in (MAX_DATA_BYTES_ENV, MAX_DATA_ITEMS_ENV)}
-    full_env = {**inherited, "COLUMNS": "400", "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-c", _CHILD, str(CAP_BYTES), *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=full_env)
+    # the limits' variables are not inherited: their defaults apply unless ``env`` sets them
+    proc = start_capped_cli(args, tmp_path, {"OMP_NUM_THREADS": "1", **(env or {})},
+                            unset=(MAX_DATA_BYTES_ENV, MAX_DATA_ITEMS_ENV))
+    return finish_capped_cli(proc)
 
 
 @pytest.mark.slow

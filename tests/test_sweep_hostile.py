@@ -9,9 +9,7 @@ minor are checked in process."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,45 +26,16 @@ from orbitscope.models.loading import save_model
 from orbitscope.models.registry import build_model
 from orbitscope.safe_repr import SHORT_REPR_DEPTH, short_repr, short_text
 
+from helpers import finish_capped_cli, run_capped_cli, start_capped_cli
+
 SMALL = {"arch": "small_cnn", "in_channels": 1, "num_classes": 10, "widths": [8, 16, 32], "hidden": 64}
 
-#: What the command may allocate beyond what its interpreter holds once orbitscope, torch and the CLI
-#: are imported (those imports alone map about 3.5 GB of address space: an RLIMIT_AS of 1 GiB in
-#: preexec_fn could not even load libtorch, so the child sets the cap itself after its imports).
-CAP_BYTES = 2**30
 TIMEOUT_S = 60
-
-_CHILD = textwrap.dedent("""
-    import resource, sys
-    import orbitscope, orbitscope.cli  # imported before the cap
-    from orbitscope.cli import app
-    held = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (held + int(sys.argv[1]),) * 2)
-    sys.argv = ["orbitscope", *sys.argv[2:]]
-    app()
-""")
-
-
-def _popen(args: list[str], cwd: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "COLUMNS": "400"}  # one message is one line, however long
-    return subprocess.Popen([sys.executable, "-c", _CHILD, str(CAP_BYTES), *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def _finish(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"orbitscope ran past {TIMEOUT_S} s: {err[-2000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def run_capped(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """``orbitscope ARGS`` in a subprocess with at most CAP_BYTES more address space than its
-    imports hold, killed (and the test failed) after TIMEOUT_S."""
-    return _finish(_popen(args, cwd))
+    """``orbitscope ARGS`` under the memory cap of :func:`helpers.run_capped_cli`, failed after TIMEOUT_S."""
+    return run_capped_cli(args, cwd, timeout_s=TIMEOUT_S)
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -286,9 +255,9 @@ def test_wrong_types_are_refused_in_one_line_before_any_run(folder: Path) -> Non
     procs = {}
     for name, (text, _) in BAD_TYPES.items():  # the three commands run side by side
         (folder / name).write_text(text)
-        procs[name] = _popen(["sweep", name, "--home", f"runs-{name}", "--out", f"out-{name}"], cwd=folder)
+        procs[name] = start_capped_cli(["sweep", name, "--home", f"runs-{name}", "--out", f"out-{name}"], cwd=folder)
     for name, proc in procs.items():
-        one_line_error(_finish(proc), *BAD_TYPES[name][1])
+        one_line_error(finish_capped_cli(proc, TIMEOUT_S), *BAD_TYPES[name][1])
         assert not (folder / f"runs-{name}").exists(), f"{name}: a run started"
 
 

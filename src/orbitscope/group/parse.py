@@ -54,7 +54,7 @@ def parse_orbit(text: str) -> Orbit:
     if not any(parts):
         raise SpecError(f"empty orbit spec; {_SPEC_HELP}")
     if len(parts) > 1 and not all(parts):
-        raise SpecError(f"orbit {text.strip()!r} has a dangling ' x ': a product needs an orbit on both sides, "
+        raise SpecError(f"orbit {short_repr(text.strip())} has a dangling ' x ': a product needs an orbit on both sides, "
                         "e.g. 'rotation:0:360:30 x scale:0.8:1.2:0.1'")
     factors = parts
     try:
@@ -64,7 +64,7 @@ def parse_orbit(text: str) -> Orbit:
             orbits = orbits[::-1]
         out = orbits[0]
         for o in orbits[1:]:
-            check_size(out.size * o.size, f"orbit {text!r}")
+            check_size(out.size * o.size, f"orbit {short_repr(text)}")
             out = Product(out, o)
     except ValueError as exc:  # an orbit's own check (e.g. 'so3:0', 'scale:0:0:1'): name the spec
         if any(f and f in str(exc) for f in factors):
@@ -84,22 +84,22 @@ def _parse_single(text: str) -> Orbit:
     if name not in known:
         close = difflib.get_close_matches(name, known, n=2)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise SpecError(f"unknown orbit {name!r} in {text!r}; {hint}{_SPEC_HELP}")
+        raise SpecError(f"unknown orbit {short_repr(name)} in {short_repr(text)}; {hint}{_SPEC_HELP}")
     if name in _RANGE_NAMES and len(args) != 3:
-        raise SpecError(f"orbit {text!r}: {name} needs START:STOP:STEP (3 numbers, STOP included), got "
+        raise SpecError(f"orbit {short_repr(text)}: {name} needs START:STOP:STEP (3 numbers, STOP included), got "
                         f"{len(args)}; e.g. '{name}:{'0:360:5' if name == 'rotation' else '-8:8:2' if name in ('shift', 'translation', 'window-shift') else '0.8:1.2:0.1'}'")
-    bad = SpecError(f"cannot parse orbit {text!r}; {_SPEC_HELP}")
+    bad = SpecError(f"cannot parse orbit {short_repr(text)}; {_SPEC_HELP}")
     if not args:
         if name not in plain:
             raise bad
         return plain[name]()
     if name == "flip" and len(args) == 1:
         if args[0].lower() not in Flip.AXES:
-            raise SpecError(f"orbit {text!r}: the flip axis must be one of {list(Flip.AXES)}, got {args[0]!r}")
+            raise SpecError(f"orbit {short_repr(text)}: the flip axis must be one of {list(Flip.AXES)}, got {short_repr(args[0])}")
         return Flip(args[0].lower())
     if name == "so3-nero" and len(args) == 2:
-        axis_step = finite_number(args[0], f"orbit {text!r}: AXIS_STEP")
-        angle_step = finite_number(args[1], f"orbit {text!r}: ANGLE_STEP")
+        axis_step = finite_number(args[0], f"orbit {short_repr(text)}: AXIS_STEP")
+        angle_step = finite_number(args[1], f"orbit {short_repr(text)}: ANGLE_STEP")
         return NeroSO3(axis_step, angle_step)
     if name == "so3" and len(args) == 1 and args[0].lower() == "nero":
         return NeroSO3()
@@ -107,20 +107,20 @@ def _parse_single(text: str) -> Orbit:
         try:
             n, seed = int(args[0]), int(args[1]) if len(args) == 2 else 0
         except ValueError:
-            raise SpecError(f"orbit {text!r}: N and SEED must be whole numbers, e.g. 'so3-random:500:0'") from None
+            raise SpecError(f"orbit {short_repr(text)}: N and SEED must be whole numbers, e.g. 'so3-random:500:0'") from None
         return RandomSO3(n, seed)
     if name == "so3" and len(args) == 1:
         try:
             n = int(args[0])
         except ValueError:
-            raise SpecError(f"orbit {text!r}: N must be a whole number of rotations, got {args[0]!r}") from None
+            raise SpecError(f"orbit {short_repr(text)}: N must be a whole number of rotations, got {short_repr(args[0])}") from None
         return SO3Grid(n)
     if name not in _RANGE_NAMES or len(args) != 3:
         raise bad
-    grid = inclusive_range(*args, what=f"orbit {text!r}")
+    grid = inclusive_range(*args, what=f"orbit {short_repr(text)}")
     if name == "rotation":
         return Rotation(grid)
     if name in ("shift", "translation", "window-shift"):  # a window over context moves by the task's input kind
-        check_size(len(grid) ** 2, f"orbit {text!r} (tx x ty)")
+        check_size(len(grid) ** 2, f"orbit {short_repr(text)} (tx x ty)")
         return Translation(grid)
     return {"scale": Scale, "brightness": Brightness, "contrast": Contrast}[name](grid)
