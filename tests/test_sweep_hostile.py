@@ -371,3 +371,18 @@ def test_a_reused_run_keeps_its_name_and_says_so(tmp_path: Path, caplog: pytest.
                     "the new name, evaluate again with --force (resume=False), which recomputes it"]
     assert first.run_id == again.run_id == unnamed.run_id == second.run_id and second.reused
     assert [r.name for r in osc.Store(tmp_path / "runs").runs()] == ["first"]
+
+
+def test_a_long_error_is_one_line_when_stderr_is_a_pipe(folder: Path) -> None:
+    """Without COLUMNS, a piped stderr is 80 columns wide for rich: the message must not be broken
+    into several lines there (the issue's 'one line' holds in CI logs too)."""
+    import os
+    import sys
+
+    (folder / "big.toml").write_text(billion_runs_toml())
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    cli = [sys.executable, "-c", "from orbitscope.cli import app; app()"]
+    proc = subprocess.run([*cli, "sweep", "big.toml", "--dry-run"], cwd=folder, capture_output=True, text=True,
+                          timeout=120, env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and len(lines[0]) > 80, proc.stderr[-2000:]

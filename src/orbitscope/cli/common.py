@@ -52,7 +52,8 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
-            err_console.print("[bold red]error:[/] " + escape(str(exc)), emoji=False)
+            # soft_wrap: one message is one line also when stderr is a pipe (no newlines inserted at 80 columns)
+            err_console.print("[bold red]error:[/] " + escape(str(exc)), emoji=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper
