@@ -10,7 +10,8 @@ stay valid under sequential sampling:
 * :mod:`.bounds`: certified robust accuracy and the global ("tower") bound on E_x[p(x)];
 * :mod:`.certify`: the batched certification loop over a model;
 * :mod:`.attack`: a ``torchattacks.Attack`` adapter (needs ``pip install --no-deps torchattacks``);
-* :mod:`.adversarial`, :mod:`.compare`: a PGD-trained reference model and the comparison table.
+* :mod:`.adversarial`, :mod:`.compare`: a PGD-trained reference model and the comparison table;
+* :mod:`.verify`, :mod:`.smoothing`: deterministic IBP/CROWN verification and randomized smoothing.
 """
 
 from typing import Any
@@ -35,6 +36,10 @@ from .samplers import (
     register_perturbation,
     sampler_from_spec,
 )
+from .smoothing import (ABSTAIN, SmoothedCertificate, SmoothedPrediction, linf_radius, noise_counts, smoothed_certify,
+                        smoothed_predict)
+from .verify import (VERIFY_METHODS, VerificationResult, VerifiedNetwork, crown_bounds, interval_bounds, margin_spec,
+                     verify)
 from .sequential import (
     DEFAULT_TEST,
     NOT_ROBUST,
@@ -68,6 +73,9 @@ __all__ = [
     "AdversarialRecipe", "ADVERSARIAL_RECIPES", "cached_adversarial_model", "pgd_accuracy",
     "ProbabilisticRobustness", "torchattacks_available", "PERTURBATIONS", "register_perturbation", "TESTS",
     "register_test",
+    "VERIFY_METHODS", "VerificationResult", "VerifiedNetwork", "crown_bounds", "interval_bounds", "margin_spec",
+    "verify", "ABSTAIN", "SmoothedCertificate", "SmoothedPrediction", "linf_radius", "noise_counts",
+    "smoothed_certify", "smoothed_predict",
 ]
 
 
