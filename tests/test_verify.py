@@ -385,11 +385,27 @@ def test_per_input_eps_and_zero_eps():
 
 
 @pytest.mark.slow
-def test_reference_cnn_full_size_crown_is_sound_on_random_points():
-    model = ReferenceCNN().eval()
-    x = torch.rand(1, 1, 28, 28, generator=torch.Generator().manual_seed(0))
-    lo, hi = crown_bounds(model, x, 0.001, dtype=DT)
-    pts = ball_points(x.double(), 0.001, 64, 0).float()
+def test_shipped_plain_cnn_full_crown_contains_points_of_the_ball():
+    from safetensors.torch import load_file
+
+    from orbitscope.data import mnist_subset
+    from orbitscope.demos.shipped import SHIPPED_WEIGHTS
+    from orbitscope.models.reference import default_config
+    from orbitscope.models.registry import build_model
+
+    model = build_model(default_config())
+    model.load_state_dict(load_file(next(SHIPPED_WEIGHTS.glob("plain-cnn-*.safetensors"))))
+    model.eval()
+    test = mnist_subset("test")
+    x = torch.as_tensor(np.asarray(test.images[:1]), dtype=torch.float32).unsqueeze(1) / 255
+    y = torch.as_tensor(np.asarray(test.labels[:1]))
+    eps = 0.003
+    pts = ball_points(x.double(), eps, 64, 0).float()
     with torch.no_grad():
         out = model(pts.reshape(-1, 1, 28, 28)).double()
+    lo, hi = crown_bounds(model, x, eps, intermediate="ibp", dtype=DT)
     assert (out >= lo - 1e-4).all() and (out <= hi + 1e-4).all()
+    res = verify(model, x, y, eps, "crown")  # full CROWN (float32) verifies this digit; IBP cannot
+    assert res.verified.all() and not verify(model, x, y, eps, "ibp").verified.any()
+    assert float(margins(out, y).min()) >= float(res.margin_lower[0])
+    assert float(pgd_min_margin(model, x, y, eps)) >= float(res.margin_lower[0])

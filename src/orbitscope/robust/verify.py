@@ -530,6 +530,9 @@ def _box(x: Tensor, eps: float | Tensor, clip: tuple[float, float] | None) -> tu
 
 def _network(model: nn.Module | VerifiedNetwork, x: Tensor, normalize: Any, dtype: torch.dtype | None) -> VerifiedNetwork:
     if isinstance(model, VerifiedNetwork):
+        if normalize is not None or dtype is not None:
+            raise SpecError("a VerifiedNetwork carries its own normalize and dtype: pass them when building it, "
+                            "not to the bound functions")
         return model
     return VerifiedNetwork(model, x, normalize=normalize, dtype=dtype)
 
