@@ -59,7 +59,7 @@ from orbitscope.data import key_object_contexts
 from orbitscope.data.coco import DetectionSet
 from orbitscope.data.scenes import digit_scenes
 from orbitscope.models.centre_detector import CentreDetector
-from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
                       format_table, header, interleaved, write_results, sync)
 
 VIEW, MAX_SHIFT = 128, 64
@@ -281,8 +281,7 @@ def main() -> None:
     rows = [Row(names[key], rates[key], flops) for key in paths]
     for line in format_table(rows, peak, "windows/s", reference=names["forward"], naive=names["naive"]).splitlines():
         say(line)
-    fb = engine_forward_batch(attrs["defaults"])
-    say(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}; "
+    say(f"evaluate's forward batch (defaults, first round): {describe_forward_batch(attrs['defaults'])}; "
         f"optimisation: {attrs['defaults'].get('optimization')}")
 
     # agreement (untimed): (a) and (c), per context and shift, from the first round

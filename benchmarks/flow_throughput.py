@@ -16,7 +16,7 @@ only) for every path:
 
 Rounds are interleaved (a, a-off, b, c, a, ...); pair-elements/s is reported as the best round
 and the spread, with the roofline columns (benchmarks/roofline.py: FLOPs per pair-element by
-torch.utils.flop_counter, the float32 rate of a 3×3 convolution measured in the same process,
+torch.utils.flop_counter, the float32 rate of large convolutions (the best of 3×3, 5×5, 7×7) measured in the same process,
 each path's fraction of it, ratios to (b) and (c)). Once, untimed, the EPE of (a) and (c) are compared per pair and element. Note (c)
 scores the estimate mapped back to the canonical frame against the canonical truth, (a) the
 estimate against the moved truth: for D4 (an isometry of the grid) the two EPEs are equal.
@@ -41,7 +41,7 @@ import orbitscope as osc
 from orbitscope.group.parse import parse_orbit
 from orbitscope.kinds import get_kind
 from orbitscope.models import FlowCNN
-from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
                       format_table, header, interleaved, write_results, sync)
 
 FORWARD_SIZES = (16, 32, 64, 128, 256)  # batch sizes the forward alone is timed at; the best is kept
@@ -191,8 +191,7 @@ def main() -> None:
                          reference=names["forward"], naive=names["naive"])
     for line in table.splitlines():
         say(line)
-    fb = engine_forward_batch(attrs["defaults"])
-    say(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}; "
+    say(f"evaluate's forward batch (defaults, first round): {describe_forward_batch(attrs['defaults'])}; "
         f"optimisation: {attrs['defaults'].get('optimization')}")
     diff = np.abs(first["defaults"] - first["naive"])
     ok = bool(diff.max() < 1e-4)

@@ -15,7 +15,7 @@ PointNet on 1,024-point clouds; seeded, untrained: timing only) and the same inp
 Rates are samples per second; rounds are interleaved (a, b, c, d, a, ...), and the roofline table
 of benchmarks/roofline.py gives the best round, the spread, the FLOP rate of (c) and (d) (the
 model's FLOPs per sample by torch.utils.flop_counter, times the orbit's elements for (c)) as a
-fraction of the float32 rate of a 3×3 convolution measured in the same process, and each path's
+fraction of the float32 rate of large convolutions (the best of 3×3, 5×5, 7×7) measured in the same process, and each path's
 rate over (d)'s; then the ratios of times (a)/(c), (b)/(c) and (b')/(c): how much cheaper LEE is
 than one orbit of the same model, and (a)/(d): LEE in model forwards.
 

@@ -22,7 +22,7 @@ training:
 Rounds are interleaved (every path once per round), so machine noise hits all paths alike; the
 best round of each path is reported with the spread (min–max over rounds), in the roofline table
 of benchmarks/roofline.py (FLOPs per image by torch.utils.flop_counter, the float32 rate of a
-3×3 convolution measured in the same process, each path's fraction of it, ratios to the eager
+large convolutions (the best of 3×3, 5×5, 7×7) measured in the same process, each path's fraction of it, ratios to the eager
 forward and to the naive loop). Then peak memory
 (peak RSS during evaluate in a fresh process, reset just before it via /proc/self/clear_refs;
 Linux only) over 6,000 and all 60,000 Fashion-MNIST training images × 4 angles.
@@ -56,7 +56,7 @@ from orbitscope.engine.optimization import rewrite_model
 from orbitscope.models import NeroCNN, ReferenceCNN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # roofline.py, also when imported by the memory child
-from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch,  # noqa: E402
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch,  # noqa: E402
                       flops_per_input, format_table, interleaved, write_results, sync)
 
 ANGLES = np.arange(0.0, 360.0, 5.0)  # 72 distinct angles, as in the measurement
@@ -183,7 +183,6 @@ def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labe
         f"  {label} round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in got.items()), flush=True))
     rec_default, attrs_default = recs["defaults"]
     rec_every = recs["every"][0]
-    fb = engine_forward_batch(attrs_default)
     out = [f"\n{label}: {len(data)} samples × {len(ANGLES)} angles, device {device}, {args.rounds} interleaved rounds",
            f"model FLOPs per image (torch.utils.flop_counter, multiply-add = 2): {flops / 1e6:,.3f} MFLOP",
            "forward alone by batch size (img/s; model as given | optimised copy): "
@@ -193,7 +192,7 @@ def measure(label: str, model: torch.nn.Module, data, images: torch.Tensor, labe
     best = {k: max(v) for k, v in rates.items()}
     out.append(f"ratio defaults / fwd-opt   = {best['defaults'] / best['fwd-opt']:.2f}   (pipeline: warp, check, scoring, "
                "writes vs the optimised forward alone)")
-    out.append(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}")
+    out.append(f"evaluate's forward batch (defaults, first round): {describe_forward_batch(attrs_default)}")
     out.append(f"defaults ran: {rec_default.get('ran')} {rec_default.get('rewrites')}, check "
                f"{rec_default.get('check', {}).get('max_difference')} (tolerance {rec_default.get('check', {}).get('tolerance')})")
     out.append(f"every ran: {rec_every.get('ran')} {rec_every.get('rewrites')} {rec_every.get('precision')}, check "
@@ -279,9 +278,9 @@ def main() -> None:
              + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")]
     print(lines[0])
     peak = conv_peak_gflops(device, smoke=args.smoke)
-    lines.append(f"measured float32 rate (3×3 conv, this process): {peak:.1f} GFLOP/s")
+    lines.append(f"measured float32 rate (best large conv, this process): {peak:.1f} GFLOP/s")
     if args.bfloat16 or device.type == "cuda":
-        lines.append(f"measured bfloat16 rate (3×3 conv): {conv_peak_gflops(device, torch.bfloat16, smoke=args.smoke):.1f} "
+        lines.append(f"measured bfloat16 rate (best large conv): {conv_peak_gflops(device, torch.bfloat16, smoke=args.smoke):.1f} "
                      "GFLOP/s (the bfloat16 row's 'of peak' is against float32)")
     print("\n".join(lines[1:]))
     builders = {"reference": ("ReferenceCNN (ours)", lambda: trained_like(ReferenceCNN())),

@@ -17,7 +17,7 @@ angles × 13 rotation angles = 2,847 elements, 2,416 distinct rotations):
 Rates are cloud-elements per second over the 2,847 elements (so (a) gains from skipping the
 repeated rotations). Rounds are interleaved (a, a-off, b, c, a, ...); best round and spread, with
 the roofline columns (benchmarks/roofline.py: FLOPs per cloud by torch.utils.flop_counter, the
-float32 rate of a 3×3 convolution measured in the same process, each path's fraction of it,
+float32 rate of large convolutions (the best of 3×3, 5×5, 7×7) measured in the same process, each path's fraction of it,
 ratios to (b) and (c)). Once,
 untimed, the confidences of (a) and (c) are compared.
 
@@ -50,7 +50,7 @@ import orbitscope as osc
 from orbitscope.group.so3 import NeroSO3
 from orbitscope.models.point_nets import PointNet
 from orbitscope.tasks import PointCloudClassification
-from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, engine_forward_batch, flops_per_input,
+from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
                       format_table, header, interleaved, write_results, sync)
 
 FORWARD_SIZES = (32, 64, 128, 256, 512)  # batch sizes the forward alone is timed at; the best is kept
@@ -221,8 +221,7 @@ def main() -> None:
     for line in table.splitlines():
         say(line)
     say(f"(rates over all {orbit.size:,} elements: evaluate runs each distinct rotation once and indexes the rest)")
-    fb = engine_forward_batch(attrs["defaults"])
-    say(f"evaluate's forward batch (defaults): {fb if fb is not None else 'not recorded in the run attrs'}; "
+    say(f"evaluate's forward batch (defaults, first round): {describe_forward_batch(attrs['defaults'])}; "
         f"optimisation: {attrs['defaults'].get('optimization')}")
     diff = np.abs(first["defaults"][:, :len(quats)] - first["naive"])
     ok = bool(diff.max() < 1e-4)
