@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared GPU measurement (issue 35, point 6), for a fresh machine with CUDA: the four
 # tasks' throughput benchmarks on the GPU, each with its roofline table against the GPU's own
-# measured float32 (and bfloat16) rate of a 3×3 convolution, and evaluate(precision="bfloat16")
+# measured float32 (and bfloat16) rate of large convolutions, and evaluate(precision="bfloat16")
 # as an extra row:
 #   classification  benchmarks/orbit_throughput.py   (ReferenceCNN, NeroCNN, a ResNet-18-sized model)
 #   detection       benchmarks/detection_throughput.py (CentreDetector, 4 contexts × 1,024 windows)

@@ -102,6 +102,12 @@ def test_the_first_batch_check_takes_a_thirty_second_of_a_short_run() -> None:
     check = run.result.attrs["optimization"]
     check = (check if isinstance(check, dict) else json.loads(check))["check"]
     assert check["rows"] == 10 and check["passed"]
+    # a chunk of more samples than the check takes: its first 128 samples under the first element
+    data = osc.mnist_subset("test").stratified(20)  # 200 digits x 36 angles: 7,200 rows, 225 checked -> 128
+    run = osc.evaluate(osc.ReferenceCNN().eval(), data, osc.Rotation(range(0, 360, 10)), osc.Classification())
+    check = run.result.attrs["optimization"]
+    check = (check if isinstance(check, dict) else json.loads(check))["check"]
+    assert check["rows"] == 128 and check["passed"]
 
 
 def test_results_and_identity_do_not_depend_on_the_batch_and_the_choice_is_recorded(tmp_path) -> None:

@@ -131,9 +131,9 @@ def _score_into(out: dict[str, np.ndarray], scores: dict[str, Any], b: int, k: i
 
 
 def first_forward_rows(ctx: EvalContext, max_rows: int) -> tuple[Any, Any, Transforms] | None:
-    """The rows of chunk 0 under its first ``max(1, max_rows // samples)`` elements (at most
-    ``max_rows`` rows, or one element's when the chunk is larger): ``(inputs, targets,
-    elements)``, or None for empty data."""
+    """The rows of chunk 0 under its first ``max(1, max_rows // samples)`` elements, at most
+    ``max_rows`` rows (when the chunk holds more samples than that, its first ``max_rows`` samples
+    under the first element): ``(inputs, targets, elements)``, or None for empty data."""
     if ctx.source is None:
         return None
     batch = ctx.source.first_batch()
@@ -142,6 +142,9 @@ def first_forward_rows(ctx: EvalContext, max_rows: int) -> tuple[Any, Any, Trans
     x = ctx.input_kind.prepare(batch[0], ctx.device)
     y = ctx.target_kind.prepare(batch[1], ctx.device)
     b = ctx.input_kind.batch_size(x)
+    if 0 < max_rows < b:
+        x, y = x[:max_rows], y[:max_rows]  # tensors, arrays, lists and padded boxes slice alike
+        b = ctx.input_kind.batch_size(x)
     if b == 0 or len(ctx.transforms) == 0:
         return None
     return _element_rows(ctx, x, y, ctx.transforms[:max(1, max_rows // b)], b,
