@@ -30,8 +30,9 @@ from typing import Any, Callable, Sequence
 __all__ = ["CPU_CANDIDATES", "CUDA_CANDIDATES", "MEASURE_ROWS", "ROUNDS", "TUNE_MIN_ROWS", "BatchTuner",
            "tuning_candidates", "worth_tuning", "describe"]
 
-#: forward batches tried on a CPU and on CUDA
-CPU_CANDIDATES = (16, 32, 64, 128, 256)
+#: forward batches tried on a CPU and on CUDA (on a 2-core CPU, 256 was never the fastest of the
+#: five models of the throughput benchmarks and cost the plan most: FlowCNN ran half as fast there)
+CPU_CANDIDATES = (16, 32, 64, 128)
 CUDA_CANDIDATES = (256, 512, 1024, 2048, 4096)
 #: each timed round of a size covers at least this many inputs (several calls of a small size)
 MEASURE_ROWS = 128

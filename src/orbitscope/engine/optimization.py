@@ -12,7 +12,7 @@
   timed: its first call is reported separately as ``compile_seconds``).
 
 Before any chunk runs, :func:`first_batch_check` calls the original and the rewritten model on
-the rows of the run's first model calls (chunk 0 under its first elements: a thirty-second of the
+the rows of the run's first model calls (chunk 0 under its first elements: a sixty-fourth of the
 run's model inputs, between :data:`CHECK_MIN_ROWS` and :data:`CHECK_ROWS` transformed inputs, in
 slices of the run's forward batch) and compares them:
 
@@ -69,7 +69,7 @@ CHECK_ROWS = 256
 #: ``n`` model inputs checks ``n / CHECK_SHARE`` of them, so that running the original model
 #: beside the optimised one costs a short run no more than a few per cent
 CHECK_MIN_ROWS = 16
-CHECK_SHARE = 32
+CHECK_SHARE = 64
 
 
 def check_optimize_options(optimize: Any, precision: str, compile: bool) -> None:
