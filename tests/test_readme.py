@@ -1,4 +1,4 @@
-"""Every import the README shows works, and the old module paths are the same objects as the new."""
+"""Every import the README shows works; the old top-level shim modules are gone (issue 36, point 6)."""
 
 from __future__ import annotations
 
@@ -33,15 +33,30 @@ def test_every_readme_import_works(line):
     exec(line, {})  # noqa: S102 - the README's own lines
 
 
-@pytest.mark.parametrize("old, new, name", [
-    ("orbitscope.actions", "orbitscope.kinds", "warp_images"),
-    ("orbitscope.plot", "orbitscope.viz.plot", "nero_plot"),
-    ("orbitscope.nero", "orbitscope.analysis.nero", "prepare_aggregate"),
-    ("orbitscope.interactive", "orbitscope.viz.interactive", "render_plotly"),
-    ("orbitscope.reduce", "orbitscope.analysis.reduce", "embed"),
-    ("orbitscope.ranking", "orbitscope.analysis.ranking", "rank_samples"),
-    ("orbitscope.report", "orbitscope.viz.report", "write_report"),
-    ("orbitscope.loading", "orbitscope.models.loading", "load_user_model"),
+_REMOVED = ["actions", "plot", "nero", "interactive", "reduce", "ranking", "report", "loading"]
+
+
+@pytest.mark.parametrize("name", _REMOVED)
+def test_old_top_level_shims_are_gone(name):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"orbitscope.{name}")
+
+
+@pytest.mark.parametrize("name", _REMOVED)
+def test_readme_imports_no_removed_module(name):
+    assert not any(re.match(rf"from orbitscope\.{name} import ", line) for line in _import_lines())
+    assert f"`orbitscope.{name}." not in README.read_text()
+
+
+@pytest.mark.parametrize("new, name", [
+    ("orbitscope.kinds", "warp_images"),
+    ("orbitscope.viz.plot", "nero_plot"),
+    ("orbitscope.analysis.nero", "prepare_aggregate"),
+    ("orbitscope.viz.interactive", "render_plotly"),
+    ("orbitscope.analysis.reduce", "embed"),
+    ("orbitscope.analysis.ranking", "rank_samples"),
+    ("orbitscope.viz.report", "write_report"),
+    ("orbitscope.models.loading", "load_user_model"),
 ])
-def test_old_module_paths_reexport_the_same_objects(old, new, name):
-    assert getattr(importlib.import_module(old), name) is getattr(importlib.import_module(new), name)
+def test_real_homes_export_the_names(new, name):
+    assert callable(getattr(importlib.import_module(new), name))
