@@ -42,12 +42,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from ..errors import NotFoundError
 from ..group.elements import unique_elements
 from ..group.orbits import Orbit, Transforms
 from ..results.lazy import RowChunkedArray, lazy_variable
+from ..results.metric_lookup import consensus_metrics, metric_result, register_consensus
 from ..results.result import OrbitResult, rows_for
-from .dataset_level import dataset_metric_names
 from ..tasks.classification import Classification
 
 __all__ = ["consensus_probabilities", "consensus_scores", "with_consensus", "invariance_measures", "adjacent_pairs",
@@ -343,23 +342,5 @@ def _invariance_of(piece: OrbitResult, orbit: Orbit, keep: np.ndarray, others: n
     return data
 
 
-def consensus_metrics(result: OrbitResult) -> list[str]:
-    """The label-free consensus metrics the result's task declares (computed on demand)."""
-    task = result.task()
-    return task.consensus_metric_names() if task is not None else []
-
-
-def metric_result(result: OrbitResult, metric: str) -> OrbitResult:
-    """``result`` itself if it records ``metric``, else with the consensus variables added."""
-    if metric in result.data:
-        return result
-    if metric in consensus_metrics(result):
-        return with_consensus(result)
-    known = sorted(set(consensus_metrics(result)) |
-                   {v for v in result.data.data_vars if result.data[v].dims[1:] == result.orbit_dims})
-    dataset = dataset_metric_names(result)
-    if metric in dataset:
-        raise NotFoundError(f"{metric!r} is a dataset-level metric (one value per element from all samples): it has "
-                            f"no per-sample values; use it in an aggregate plot, or one of {', '.join(map(str, known))}")
-    raise NotFoundError(f"unknown metric {metric!r}; available: {', '.join(map(str, known))}"
-                        + (f"; dataset-level (aggregate plots only): {', '.join(dataset)}" if dataset else ""))
+# the metric lookup (results.metric_lookup, below stats) adds consensus variables through this
+register_consensus(with_consensus)

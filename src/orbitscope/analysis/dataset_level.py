@@ -21,12 +21,13 @@ may vectorise it (classification does).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..errors import NotFoundError
+from ..results.metric_lookup import dataset_metric_names
 from ..results.result import OrbitResult, dataset_states
 from ..tasks.variables import Variable
 
@@ -37,35 +38,9 @@ __all__ = ["DEFAULT_BOOTSTRAP", "dataset_metric_names", "is_dataset_metric", "da
 DEFAULT_BOOTSTRAP = 200
 
 
-def dataset_metric_names(results: OrbitResult | Sequence[OrbitResult]) -> list[str]:
-    """The dataset-level metrics every result can compute, in the task's order: those its task
-    declares (:meth:`~orbitscope.tasks.Task.dataset_variables`), the ``consensus_*`` ones only
-    for runs that stored consensus states, and only when every state ``compute`` reads is stored."""
-    results = [results] if isinstance(results, OrbitResult) else list(results)
-    if not results:
-        return []
-    common: list[str] | None = None
-    for res in results:
-        names = _available(res)
-        common = names if common is None else [n for n in common if n in names]
-    return common or []
-
-
-def _available(result: OrbitResult) -> list[str]:
-    task = result.task()
-    if task is None:
-        return []
-    reads = task.compute_reads
-    if reads is not None and not any(name in result.data for name in reads):
-        return []
-    has_consensus = any(str(v).startswith("consensus_") for v in result.data.data_vars)
-    return [v.name for v in task.dataset_variables()
-            if (has_consensus or not v.name.startswith("consensus_")) and v.name not in result.data]
-
-
 def is_dataset_metric(result: OrbitResult, metric: str) -> bool:
     """Whether ``metric`` is one of ``result``'s dataset-level metrics (and not a stored variable)."""
-    return metric in _available(result)
+    return metric in dataset_metric_names(result)
 
 
 def bootstrap_counts(n_samples: int, n_boot: int, seed: int = 0) -> np.ndarray:

@@ -42,6 +42,7 @@ import xarray as xr
 from scipy import stats
 
 from ..results.intervals import wilson_interval
+from ..results.metric_lookup import metric_result
 from .values import OrbitValues, orbit_values
 
 __all__ = ["Band", "sup_t_band", "sup_t_critical", "bootstrap_maxima", "difference_band", "difference_scale",
@@ -302,7 +303,6 @@ def simultaneous_band(result: Any, metric: str | None = None, *, level: float = 
     attrs ``method``, ``critical`` (c), ``level``, ``n``, ``variable``. Bounded metrics are
     clipped to [0, 1] as the pointwise band is.
     """
-    from ..analysis.consensus import metric_result
     from ..results.result import aggregate
 
     ov = orbit_values(result, metric, subset=subset)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import NotFoundError
+from ..results.metric_lookup import metric_result
 
 __all__ = ["OrbitValues", "orbit_values", "element_noun", "element_representatives", "result_name"]
 
@@ -119,7 +120,6 @@ def orbit_values(result: Any, metric: str | None = None, *, subset: Any = None) 
         NotFoundError: no such metric; ValueError: the metric has extra dims (e.g. per-pixel
             maps) or is a per-sample state.
     """
-    from ..analysis.consensus import metric_result
     from ..results.result import subset_mask
 
     metric = metric or result.primary_metric()
