@@ -4,9 +4,11 @@ folders of real image pairs.
 Conventions (those of :mod:`orbitscope.kinds.frames` and :mod:`orbitscope.kinds.flow`):
     An item is ``(frames, flow)``: ``frames`` float32 (2, 1, H, W) in [0, 1] (frame 1, frame 2),
     ``flow`` float32 (2, H, W) = (u, v) in pixels per frame, u along +x (right), v along +y
-    (down), NaN where there is no ground truth. Pixel (row i, column j) has its centre at
-    (x, y) = (j, i) and covers [j − ½, j + ½] × [i − ½, i + ½]; the image centre is
-    ((W − 1)/2, (H − 1)/2). "Counter-clockwise" means as displayed (y down).
+    (down), NaN where there is no ground truth. The pixel grid, axes and the group's origin are
+    those stated once in :mod:`orbitscope.kinds.image`. The analytic fields here
+    (:func:`pixel_centres`, ``field.velocity(x, y)``, a vortex's ``centre``) use pixel-index
+    coordinates, that module's coordinates shifted by −½: pixel (row i, column j) has its centre
+    at (x, y) = (j, i), so the image centre is ((W − 1)/2, (H − 1)/2).
 
 Analytic fields (:data:`FLOW_TYPES`, :func:`flow_field`) are :class:`FlowField` objects: exact
 velocities at any points (``field.velocity(x, y)``, float64) and on the pixel centres

@@ -1,11 +1,13 @@
 """Images (B, C, H, W) in [0, 1], and windows over a larger context image.
 
 Convention:
-    Pixel (row i, column j) has its centre at (x, y) = (j + 0.5, i + 0.5); the group's origin is
-    the image centre (W / 2, H / 2), +x right, +y down. An element ``p -> L p + t`` resamples an
-    image as ``out(p) = in(g⁻¹ p)`` (so content moves by +t and turns counter-clockwise as
-    displayed for positive angles), then applies contrast (about each image's mean) and gain,
-    then clips to [0, 1].
+    Pixel (row i, column j) has its centre at (x, y) = (j + 0.5, i + 0.5) and covers
+    [j, j + 1] × [i, i + 1] (x along columns, y along rows, in pixels); the group's origin is the
+    image centre (W / 2, H / 2), +x right, +y down, so "counter-clockwise" means as displayed.
+    The kinds that act on pixel grids (frames, flow, windows) follow it. An element
+    ``p -> L p + t`` resamples an image as ``out(p) = in(g⁻¹ p)`` (so content moves by +t and
+    turns counter-clockwise as displayed for positive angles), then applies contrast (about each
+    image's mean) and gain, then clips to [0, 1].
 
 A **window over context** (kind ``"window"``) is the field of view of size ``view_size`` at the
 centre of a larger context image: the element acts on the context, and the view is cut from the
