@@ -18,13 +18,22 @@ NotFoundError       KeyError                    a named thing (run, variable, sa
                                                 registry entry) does not exist
 JobError            RuntimeError                a job failed on a distributed executor's worker
                                                 (the worker's error is its ``cause``)
+NotFittedError      RuntimeError                an estimator (an ML4ML assessor) is used before
+                                                ``fit`` (:func:`check_is_fitted`)
 ==================  ==========================  =============================================
+
+Defined beside the code that raises them, in the same hierarchy: ``RunBusyError`` (a
+:class:`StoreError`, :mod:`orbitscope.results.store`), ``UntrustedFileError`` (a
+:class:`SpecError`, :mod:`orbitscope.trust`), and the interface's ``AppError`` and
+``LabellingError`` (both ``OrbitscopeError`` and ``ValueError``, :mod:`orbitscope.app`).
 
 The command line reports these (and missing files or user modules) as one-line errors; anything
 else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 __all__ = [
     "OrbitscopeError",
@@ -36,6 +45,8 @@ __all__ = [
     "SpecError",
     "NotFoundError",
     "JobError",
+    "NotFittedError",
+    "check_is_fitted",
 ]
 
 
@@ -90,3 +101,24 @@ class JobError(OrbitscopeError, RuntimeError):
     def __init__(self, message: str, job: object = None, cause: BaseException | None = None, where: str = "") -> None:
         super().__init__(message)
         self.job, self.cause, self.where = job, cause, where
+
+
+class NotFittedError(OrbitscopeError, RuntimeError):
+    """An estimator was used before ``fit`` (scikit-learn's ``check_is_fitted`` idea); still a
+    ``RuntimeError``, as the assessors raised before."""
+
+
+def check_is_fitted(obj: object, attributes: str | Sequence[str], *, fit_call: str = "fit(X, y)") -> None:
+    """Raise :class:`NotFittedError` unless ``obj`` has every attribute that ``fit`` sets.
+
+    Args:
+        obj: the estimator.
+        attributes: one attribute name or several (e.g. ``"threshold_"``), all set by ``fit``.
+        fit_call: how to fit it, shown in the message (e.g. ``"fit(correctness, y)"``).
+
+    Raises:
+        NotFittedError: an attribute is missing; the message names the class and the call to make.
+    """
+    names = [attributes] if isinstance(attributes, str) else list(attributes)
+    if not all(hasattr(obj, name) for name in names):
+        raise NotFittedError(f"{type(obj).__name__} is not fitted; call {fit_call} first")

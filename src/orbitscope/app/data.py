@@ -33,6 +33,7 @@ from ..analysis.dataset_level import dataset_metric_names
 from ..analysis.nero import MODEL_COLOURS
 from ..analysis.ranking import Ranking, rank_differences, rank_samples
 from ..analysis.reduce import METHODS, Embedding, embed, orbit_statistic
+from ..errors import OrbitscopeError
 from ..lie.run import is_lee_run
 from ..results.result import OrbitResult
 from ..results.store import RunRecord, Store, StoreError
@@ -49,7 +50,7 @@ T = TypeVar("T")
 MAX_MODELS = 4
 
 
-class AppError(ValueError):
+class AppError(OrbitscopeError, ValueError):
     """A request the interface cannot serve (unknown run, bad parameter, no data yet); its
     message is shown to the user."""
 

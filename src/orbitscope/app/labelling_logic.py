@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import OrbitscopeError
 from ..ml4ml.agreement import rater_agreement
 from ..ml4ml.matrix_plots import matrix_panel
 from ..ml4ml.modeldb import LABELS, ModelDatabase, ZooModel, invariance_order
@@ -40,7 +41,7 @@ _RATER_PUNCTUATION = frozenset(" -_.'")
 BUILD_HINT = "build one with 'orbitscope zoo train --family mnist-small-3 --n 10'"
 
 
-class LabellingError(ValueError):
+class LabellingError(OrbitscopeError, ValueError):
     """A request the labelling view refuses (bad rater name, unknown model or invariance); its
     message is shown in the status line."""
 

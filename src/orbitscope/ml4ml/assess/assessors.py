@@ -42,6 +42,8 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.tree import DecisionTreeClassifier
 from torch import nn
 
+from ...errors import check_is_fitted
+
 __all__ = [
     "ASSESSORS",
     "BASELINES",
@@ -241,8 +243,7 @@ class MatrixCNNAssessor(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, (n_models, n_classes), columns in ``classes_`` order."""
-        if not hasattr(self, "net_"):
-            raise RuntimeError("MatrixCNNAssessor is not fitted; call fit(X_images, y) first")
+        check_is_fitted(self, "net_", fit_call="fit(X_images, y)")
         X = _check_images(X, self.n_channels_)
         with torch.inference_mode():
             logits = self.net_(torch.as_tensor(self._standardise(X), dtype=torch.float32))
@@ -250,6 +251,7 @@ class MatrixCNNAssessor(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted labels (n_models,)."""
+        check_is_fitted(self, "net_", fit_call="fit(X_images, y)")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
@@ -378,8 +380,7 @@ class _ThresholdBaseline(ClassifierMixin, BaseEstimator):
         return self
 
     def _check_fitted(self) -> None:
-        if not hasattr(self, "threshold_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(correctness, y) first")
+        check_is_fitted(self, "threshold_", fit_call="fit(correctness, y)")
 
     def decision_function(self, X: Any) -> np.ndarray:
         """``direction · (score − threshold)``: positive means ``classes_[1]``."""
