@@ -151,3 +151,34 @@ def test_a_resumed_run_keeps_the_batch_it_started_with(tmp_path) -> None:
                      progress=interrupt_after(2))
     again = osc.evaluate(model, data, orbit, osc.Classification(), store=tmp_path, batch_size=10)
     assert again.result.attrs["forward_batch"] == 48
+
+
+def test_a_plan_that_cannot_end_in_chunk_0_does_not_tune(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """With CUDA's sizes (256 … 4096; emulated on the CPU) a chunk of 1,000 samples × 24 elements
+    cannot hold the plan (its calls of 5,000 rows leave their remainders untimed): the run keeps
+    the default and records no tuning, in the store as in memory."""
+    from torch import nn
+
+    monkeypatch.setattr(batch_probe, "CPU_CANDIDATES", batch_probe.CUDA_CANDIDATES)
+    tuner = batch_probe.BatchTuner(batch_probe.CUDA_CANDIDATES)
+    assert not tuner.settles_on([5000] * 4 + [4000]) and tuner.chosen is None  # the dry run leaves it as it was
+    assert tuner.settles_on([5000] * 8)
+    assert batch_probe.BatchTuner([16, 32, 64, 128]).settles_on([256] * 8)
+    assert not batch_probe.BatchTuner([16, 32, 64, 128]).settles_on([200] * 3)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(128, 3)).eval()
+    x, y = torch.rand(2000, 1, 8, 8), torch.randint(0, 3, (2000,))
+    orbit = osc.Rotation(range(0, 360, 15))
+    run = osc.evaluate(model, (x, y), orbit, store=tmp_path, batch_size=1000, memory_budget_mb=1e6)
+    stored = osc.Store(tmp_path).get_run(run.run_id).attrs
+    assert "forward_batch_probe" not in stored and stored["forward_batch"] == run.result.attrs["forward_batch"]
+
+
+def test_the_tuner_waits_for_the_device_before_each_timed_slice() -> None:
+    """Work queued before a slice (the copy, the warp) must not be charged to it: synchronize is
+    called before the clock is read, for every slice."""
+    events: list[str] = []
+    tuner = batch_probe.BatchTuner([16, 32], clock=lambda: events.append("clock") or 0.0)
+    tuner.run(lambda rows: events.append("forward"), range(64), synchronize=lambda: events.append("sync"))
+    timed = [i for i, e in enumerate(events) if e == "forward"]
+    assert all(events[i - 2:i] == ["sync", "clock"] for i in timed)

@@ -428,7 +428,12 @@ def test_point_cloud_networks_fold_linear_batchnorm_and_image_heads_keep_theirs(
             m.running_var.uniform_(0.5, 2.0)
     net.eval()
     folded = fold_batchnorm(net, linear=True)
-    assert not any(isinstance(m, nn.BatchNorm1d) for m in folded.modules())
+    from orbitscope.models.reference import FoldedLinearBatchNorm
+
+    pairs = [m for m in folded.modules() if isinstance(m, FoldedLinearBatchNorm)]
+    assert len(pairs) == 4 and all(isinstance(p.fused, nn.Linear) and p.fused.bias is not None for p in pairs)
+    # every BatchNorm1d left sits in a folded pair (run only for inputs that are not 2-D)
+    assert sum(isinstance(m, nn.BatchNorm1d) for m in folded.modules()) == len(pairs)
     assert sum(isinstance(m, nn.BatchNorm1d) for m in fold_batchnorm(net).modules()) == 4  # the default: convs only
     x = torch.randn(6, 50, 3)
     with torch.inference_mode():
@@ -455,3 +460,41 @@ def test_point_cloud_networks_fold_linear_batchnorm_and_image_heads_keep_theirs(
     image_net = NeroCNN().eval()
     fast, _ = rewrite_model(image_net)
     assert sum(isinstance(m, nn.BatchNorm1d) for m in fast.modules()) == 1
+
+
+def test_review_fixes_of_the_set_check_the_linear_fold_and_unsliceable_targets() -> None:
+    """Near-equal entries that pair only crosswise pass (a matching, not a greedy pairing); labels
+    are never equal to floats; a Linear -> BatchNorm1d pair on a 3-D input runs the original pair;
+    a Conv1d -> BatchNorm1d point-cloud model has nothing to fold and runs as given."""
+    from orbitscope.engine.optimization import compare_as_sets
+    from orbitscope.models import fold_batchnorm
+    from orbitscope.tasks import PointCloudClassification
+
+    ref = {"s": torch.tensor([[0.50005, 0.5]]), "l": torch.tensor([[1, 1]])}
+    cand = {"s": torch.tensor([[0.5, 0.50011]]), "l": torch.tensor([[1, 1]])}
+    assert compare_as_sets(ref, cand, 1e-4)[1] is None  # greedy would pair 0.50005 with 0.5 first, then fail
+    assert compare_as_sets({"l": torch.tensor([[2, -1]])}, {"l": torch.tensor([[2.7, -1.2]])}, 1e-4)[1] is not None
+
+    torch.manual_seed(0)
+    pair = nn.Sequential(nn.Linear(3, 16), nn.BatchNorm1d(16)).eval()
+    pair[1].running_mean.uniform_(-1, 1)
+    pair[1].running_var.uniform_(0.5, 2)
+    folded = fold_batchnorm(pair, linear=True)
+    with torch.inference_mode():
+        for x in (torch.randn(5, 3), torch.randn(4, 16, 3)):  # 3-D: BatchNorm1d normalises axis 1 (16)
+            torch.testing.assert_close(folded(x), pair(x), rtol=1e-5, atol=1e-6)
+
+    class ConvPointNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn, self.fc = nn.Conv1d(3, 8, 1), nn.BatchNorm1d(8), nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.bn(self.conv(x.transpose(1, 2)))).amax(2))
+
+    clouds, labels = torch.randn(6, 20, 3), torch.randint(0, 4, (6,))
+    net = ConvPointNet().eval()
+    auto = osc.evaluate(net, (clouds, labels), "octahedral", PointCloudClassification())
+    off = osc.evaluate(net, (clouds, labels), "octahedral", PointCloudClassification(), optimize=False)
+    rec = provenance(auto)
+    assert rec["ran"] == "original" and "nothing to optimise" in rec["reason"] and auto.run_id == off.run_id

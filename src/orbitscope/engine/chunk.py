@@ -143,8 +143,12 @@ def first_forward_rows(ctx: EvalContext, max_rows: int) -> tuple[Any, Any, Trans
     y = ctx.target_kind.prepare(batch[1], ctx.device)
     b = ctx.input_kind.batch_size(x)
     if 0 < max_rows < b:
-        x, y = x[:max_rows], y[:max_rows]  # tensors, arrays, lists and padded boxes slice alike
-        b = ctx.input_kind.batch_size(x)
+        try:  # tensors, arrays, lists and padded boxes slice alike; another kind's batch is kept whole
+            xs, ys = x[:max_rows], y[:max_rows]
+            if ctx.input_kind.batch_size(xs) == ctx.target_kind.batch_size(ys) == max_rows:
+                x, y, b = xs, ys, max_rows
+        except (TypeError, IndexError, KeyError, ValueError, AttributeError):
+            pass
     if b == 0 or len(ctx.transforms) == 0:
         return None
     return _element_rows(ctx, x, y, ctx.transforms[:max(1, max_rows // b)], b,

@@ -334,7 +334,9 @@ def evaluate(
             re-applied by g; recorded as the task's consensus variables (e.g.
             ``consensus_agreement``).
         executor: where chunks run: ``"local"`` (default), ``"process"`` (a process pool), or an
-            :class:`~orbitscope.engine.executors.Executor`. Results are identical whichever ran.
+            :class:`~orbitscope.engine.executors.Executor`. The run (its identity) is the same
+            whichever ran, and so are its values, to float rounding: only the local executor
+            tunes its forward batch (workers use the default size).
         allow_large: run jobs of more than :data:`MAX_JOB_INPUTS` model inputs (samples × orbit
             elements); without it they are refused with their size.
         resume: reuse a finished run / continue an unfinished one with the same identity.
@@ -624,7 +626,7 @@ def plan_run(
     ctx.optimize = fast
     ctx.call.forward_batch = ctx.forward_batch = fb
     if started_with is not None and skip:
-        # a resumed run keeps its batch: its chunks are computed as the first part's were
+        # a resumed run keeps the size recorded for it (no new tuning)
         ctx.call.forward_batch = ctx.forward_batch = fb = int(started_with)
     elif forward_batch is None and fast and tune_forward_batch:
         tuner = _forward_batch_tuner(source, len(run_transforms), device,
@@ -657,14 +659,18 @@ def plan_run(
 
 def _forward_batch_tuner(source: DataSource, n_elements: int, device: torch.device, cap: int) -> BatchTuner | None:
     """A tuner for the run's first model calls (see :mod:`orbitscope.engine.batch_probe`) when
-    the run is long enough and its plan ends within chunk 0 (so the chunk's record carries the
+    the run is long enough and a dry run shows its plan ends within chunk 0 (so the chunk's record carries the
     size kept), else None (the default batch runs)."""
     candidates = tuning_candidates(device.type, cap)
     n = source.n or 0
-    first_chunk = min(n, source.chunk_size) * n_elements
-    if not worth_tuning(n * n_elements, candidates) or not worth_tuning(2 * first_chunk, candidates):
+    b = min(n, source.chunk_size)
+    if not worth_tuning(n * n_elements, candidates) or b == 0:
         return None
-    return BatchTuner(candidates)
+    tuner = BatchTuner(candidates)
+    # chunk 0's model calls, as evaluate_chunk makes them while tuning (see plan_run)
+    per_call = max(1, (max(candidates) + source.chunk_size - 1) // b)
+    calls = [min(per_call, n_elements - k0) * b for k0 in range(0, n_elements, per_call)]
+    return tuner if tuner.settles_on(calls) else None
 
 
 class _Writer:

@@ -67,7 +67,8 @@ class ProcessExecutor(Executor):
         workers: number of processes (default: the CPU count, at most 4).
         threads: torch intra-op threads per worker. Default: this process's own count
             (``torch.get_num_threads()``), which keeps results bit-identical to the local
-            executor. Fewer threads per worker (e.g. 1) avoid oversubscribing the CPU and are
+            executor at the same forward batch (the local executor may tune its forward batch
+            for the optimised model: pass ``forward_batch`` for bit-identical runs). Fewer threads per worker (e.g. 1) avoid oversubscribing the CPU and are
             faster, but matrix products then sum in another order and values may differ in the
             last bits (about 1e-7 relative in float32).
         start_method: multiprocessing start method (``"spawn"`` by default; ``"fork"`` starts

@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -65,7 +66,7 @@ TOLERANCE: dict[str, float] = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-
 
 #: transformed inputs (rows) of the first forward batch that the check compares, at most
 CHECK_ROWS = 256
-#: ... and at least (then the rows of one element of chunk 0, if more); between the two, a run of
+#: ... and at least; between the two, a run of
 #: ``n`` model inputs checks ``n / CHECK_SHARE`` of them, so that running the original model
 #: beside the optimised one costs a short run no more than a few per cent
 CHECK_MIN_ROWS = 16
@@ -154,8 +155,13 @@ class Optimization:
 
 
 def _count_bn(model: nn.Module, linear: bool = False) -> int:
+    """BatchNorm layers left to run (a folded Linear -> BatchNorm1d pair keeps its original pair
+    for inputs that are not 2-D: not counted)."""
+    from ..models.reference import FoldedLinearBatchNorm
+
     kinds = (nn.BatchNorm2d, nn.BatchNorm1d) if linear else nn.BatchNorm2d
-    return sum(isinstance(m, kinds) for m in model.modules())
+    kept = sum(isinstance(m, FoldedLinearBatchNorm) for m in model.modules())
+    return sum(isinstance(m, kinds) for m in model.modules()) - kept
 
 
 def _traced_fold(model: nn.Module) -> nn.Module:
@@ -242,6 +248,8 @@ def _compare(a: list[Tensor], b: list[Tensor], tol: float, what: str, into: _Com
 def _close(a: Tensor, b: Tensor, tol: float) -> Tensor:
     """(i, j) bool: entry ``i`` of ``a`` (K, F) equals entry ``j`` of ``b`` (K, F): integer
     fields exactly, floating fields within ``tol · max(1, max |a|)`` (NaN where NaN)."""
+    if a.is_floating_point() != b.is_floating_point():  # e.g. labels against scores: never equal
+        return torch.zeros(len(a), len(b), dtype=torch.bool)
     if not a.is_floating_point():
         return (a[:, None, :] == b[None, :, :].to(a.dtype)).all(-1)
     a64, b64 = a.double(), b.double()
@@ -257,9 +265,13 @@ def compare_as_sets(ref: dict[str, Tensor], cand: dict[str, Tensor], tol: float)
     """Compare variables whose second axis is an unordered set (a row's detections ranked by score:
     near-equal scores swap under float rounding), all of one set axis together: every row's entries
     of ``ref`` must pair one to one with entries of ``cand`` that agree in every variable (integer
-    values exactly, floating values within ``tol`` relative to ``max(1, max |ref|)``). Entries are
-    paired greedily in ``ref``'s order (a pairing found this way is a valid one). Returns the
-    largest scaled floating difference over the pairs and the first disagreement (None: agree)."""
+    values exactly, floating values within ``tol`` relative to ``max(1, max |ref|)``): a perfect
+    matching of the bipartite graph of agreeing entries, found by ``scipy.optimize.linear_sum_assignment``
+    (so near-equal entries that could pair either way never fail for the order they are tried
+    in). Returns the largest scaled floating difference over the pairs and the first disagreement
+    (None: agree)."""
+    from scipy.optimize import linear_sum_assignment
+
     names = sorted(ref)
     for n in names:
         if n not in cand or cand[n].shape != ref[n].shape:
@@ -272,14 +284,12 @@ def compare_as_sets(ref: dict[str, Tensor], cand: dict[str, Tensor], tol: float)
         close = torch.ones(k, k, dtype=torch.bool)
         for a, b in flat.values():
             close &= _close(a[r], b[r], tol)
-        used = torch.zeros(k, dtype=torch.bool)
-        for i in range(k):
-            free = torch.nonzero(close[i] & ~used).flatten()
-            if len(free) == 0:
-                return worst, (f"recorded variables ({', '.join(names)}) of row {r}: entry {i} of the original has no "
-                               f"counterpart in the optimised model's (compared as a set, tolerance {tol:g})")
-            j = int(free[0])
-            used[j] = True
+        rows_i, cols_j = linear_sum_assignment((~close).numpy().astype(np.int8))
+        unpaired = [int(i) for i, j in zip(rows_i, cols_j) if not bool(close[i, j])]
+        if unpaired:
+            return worst, (f"recorded variables ({', '.join(names)}) of row {r}: entry {unpaired[0]} of the original "
+                           f"has no counterpart in the optimised model's (compared as a set, tolerance {tol:g})")
+        for i, j in zip(rows_i.tolist(), cols_j.tolist()):
             for a, b in flat.values():
                 if a.is_floating_point():
                     x, y = a[r, i].double(), b[r, j].double()
@@ -382,6 +392,9 @@ def propose_optimization(model: nn.Module, optimize: Any, *, precision: str = "f
         opt.candidate, opt.rewrites, reason = try_rewrite(model, compile, linear_batchnorm)
         if reason is not None and optimize is True:
             raise SpecError(f"optimize=True, but {reason}; use optimize='auto' or False")
+        if reason is None and optimize is not True and not opt.rewrites and precision == "float32" and not compile:
+            # e.g. a BatchNorm1d after a Conv1d: nothing folded, so the model runs as given
+            opt.candidate, reason = None, "nothing to optimise (no BatchNorm could be folded, no convolution)"
     opt.reason = reason
     return opt
 

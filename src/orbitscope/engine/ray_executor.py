@@ -20,7 +20,8 @@ joins a cluster: ``"auto"`` (the one ``ray start`` started on this machine), ``"
   raises comes back as a :class:`~orbitscope.errors.JobError` whose ``cause`` is the worker's
   exception (the caller names the run and chunk).
 * Numbers: each task uses ``threads`` torch threads (default: this process's count, which keeps
-  results bit-identical to the local executor on the same machine; 1 is faster when every CPU
+  results bit-identical to the local executor on the same machine at the same forward batch (pass
+  ``forward_batch``: the local executor may tune it); 1 is faster when every CPU
   runs a task, and differs in the last float bits).
 """
 

@@ -243,6 +243,19 @@ def _fold_conv_bn(conv: nn.Conv2d | nn.Linear, bn: nn.BatchNorm2d | nn.BatchNorm
     return fused
 
 
+class FoldedLinearBatchNorm(nn.Module):
+    """A ``Linear -> BatchNorm1d`` pair folded for inputs of rows × features: on a 2-D input it
+    runs ``fused`` (one Linear equal to the pair in eval mode); on any other rank, where
+    BatchNorm1d normalises axis 1 rather than the Linear's features, it runs the original pair."""
+
+    def __init__(self, fused: nn.Linear, linear: nn.Linear, bn: nn.BatchNorm1d) -> None:
+        super().__init__()
+        self.fused, self.linear, self.bn = fused, linear, bn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fused(x) if x.ndim == 2 else self.bn(self.linear(x))
+
+
 def _foldable(conv: nn.Module, bn: nn.Module, linear: bool = False) -> bool:
     if not (isinstance(bn, (nn.BatchNorm1d, nn.BatchNorm2d)) and bn.track_running_stats
             and bn.running_mean is not None):
@@ -265,7 +278,8 @@ def _fold_in_place(module: nn.Module, linear: bool = False) -> int:
         for a, b in zip(names[:-1], names[1:]):
             conv, bn = module._modules[a], module._modules[b]
             if conv is not None and bn is not None and _foldable(conv, bn, linear):
-                module._modules[a] = _fold_conv_bn(conv, bn)  # type: ignore[arg-type]
+                fused = _fold_conv_bn(conv, bn)  # type: ignore[arg-type]
+                module._modules[a] = FoldedLinearBatchNorm(fused, conv, bn) if isinstance(conv, nn.Linear) else fused
                 module._modules[b] = nn.Identity()
                 n += 1
     return n
@@ -303,7 +317,9 @@ def set_eval_mode(model: nn.Module) -> nn.Module:
 def fold_batchnorm(model: nn.Module, *, linear: bool = False) -> nn.Module:
     """Return an eval-mode deep copy with every ``Conv2d -> BatchNorm2d`` pair folded, and with
     ``linear=True`` every ``Linear -> BatchNorm1d`` pair too (a Linear whose outputs, rows ×
-    features, the BatchNorm normalises per feature: the per-point layers of point-cloud networks).
+    features, the BatchNorm normalises per feature: the per-point layers of point-cloud networks;
+    the pair becomes a :class:`FoldedLinearBatchNorm`, which runs the original pair on inputs that
+    are not 2-D).
 
     Pairs are detected as consecutive children of an ``nn.Sequential`` (at any depth).
     The conv (or Linear) gets weights ``W * g / sqrt(var + eps)`` (per output channel) and bias
