@@ -34,7 +34,7 @@ SCRIPTS: dict[str, tuple[str, list[str]]] = {
     "classification_fingerprint": ('"run_id"', []),
     "detection_counting": ("COCO-style precision / recall / F1", []),
     "detection_jitter": ("AP@0.5 centre", []),
-    "detection_throughput": ("agreement (a) vs (c)", []),
+    "detection_throughput": ("agreement (a, optimize=False) vs (c)", []),
     "flow_throughput": ("agreement (a) vs (c)", []),
     "interface_latency": ("median ms", []),
     "lazy_backend": ("time: best ms", []),

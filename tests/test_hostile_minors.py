@@ -80,7 +80,11 @@ def _running_run(home: Path) -> str:
     return rec.run_id
 
 
-def test_runs_list_says_interrupted_when_the_writer_is_gone(tmp_path: Path) -> None:
+def test_runs_list_says_interrupted_when_the_writer_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orbitscope.cli.common import console
+
+    # the table's console was sized when the CLI was imported: widen it so no cell wraps
+    monkeypatch.setattr(console, "width", 400)
     home = tmp_path / "home"
     run_id = _running_run(home)
     store = Store(home)
