@@ -462,7 +462,7 @@ def test_point_cloud_networks_fold_linear_batchnorm_and_image_heads_keep_theirs(
     assert sum(isinstance(m, nn.BatchNorm1d) for m in fast.modules()) == 1
 
 
-def test_review_fixes_of_the_set_check_the_linear_fold_and_unsliceable_targets() -> None:
+def test_review_fixes_of_the_set_check_the_linear_fold_and_a_conv1d_point_net() -> None:
     """Near-equal entries that pair only crosswise pass (a matching, not a greedy pairing); labels
     are never equal to floats; a Linear -> BatchNorm1d pair on a 3-D input runs the original pair;
     a Conv1d -> BatchNorm1d point-cloud model has nothing to fold and runs as given."""
