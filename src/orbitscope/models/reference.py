@@ -37,6 +37,7 @@ __all__ = [
     "ZooConvNet",
     "default_config",
     "fold_batchnorm",
+    "FoldedLinearBatchNorm",
     "optimize_for_inference",
     "model_hash",
     "set_eval_mode",
