@@ -60,7 +60,7 @@ from orbitscope.data.coco import DetectionSet
 from orbitscope.data.scenes import digit_scenes
 from orbitscope.models.centre_detector import CentreDetector
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
-                      format_table, header, interleaved, write_results, sync)
+                      format_table, header, interleaved, round_progress, write_results, sync)
 
 VIEW, MAX_SHIFT = 128, 64
 ORBIT = "window-shift:-64:60:4"
@@ -274,8 +274,7 @@ def main() -> None:
     paths["forward"] = lambda: forward_floor(model, windows, best_b, device)
     names["naive"] = "naive: numpy crop + batch-1 forward + Python IoU"
     paths["naive"] = naive_path
-    rates = interleaved(paths, rounds, progress=lambda r, got: say(
-        f"  round {r + 1}/{rounds}: " + "  ".join(f"{key}={v[-1]:.0f}" for key, v in got.items()) + " windows/s"))
+    rates = interleaved(paths, rounds, progress=round_progress(say, rounds, "windows/s"))
 
     say()
     rows = [Row(names[key], rates[key], flops) for key in paths]

@@ -42,7 +42,7 @@ from orbitscope.group.parse import parse_orbit
 from orbitscope.kinds import get_kind
 from orbitscope.models import FlowCNN
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
-                      format_table, header, interleaved, write_results, sync)
+                      format_table, header, interleaved, round_progress, write_results, sync)
 
 FORWARD_SIZES = (16, 32, 64, 128, 256)  # batch sizes the forward alone is timed at; the best is kept
 
@@ -184,8 +184,7 @@ def main() -> None:
     paths["forward"] = lambda: forward_only(model, rows, best_b, device)
     names["naive"] = "naive: numpy D4 + batch-1 forward + numpy map-back, EPE"
     paths["naive"] = naive_path
-    rates = interleaved(paths, rounds, progress=lambda r, got: say(
-        f"  round {r + 1}/{rounds}: " + "  ".join(f"{k}={v[-1]:.0f}" for k, v in got.items()) + " pair-elements/s"))
+    rates = interleaved(paths, rounds, progress=round_progress(say, rounds, "pair-elements/s"))
     say()
     table = format_table([Row(names[k], rates[k], flops) for k in paths], peak, "pair-elements/s",
                          reference=names["forward"], naive=names["naive"])

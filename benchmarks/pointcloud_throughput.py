@@ -51,7 +51,7 @@ from orbitscope.group.so3 import NeroSO3
 from orbitscope.models.point_nets import PointNet
 from orbitscope.tasks import PointCloudClassification
 from roofline import (Row, add_common_arguments, best_batch, conv_peak_gflops, describe_forward_batch, flops_per_input,
-                      format_table, header, interleaved, write_results, sync)
+                      format_table, header, interleaved, round_progress, write_results, sync)
 
 FORWARD_SIZES = (32, 64, 128, 256, 512)  # batch sizes the forward alone is timed at; the best is kept
 SMOKE_NAIVE = 200  # --smoke: the naive loop runs the first elements only (its rate is per element)
@@ -213,8 +213,7 @@ def main() -> None:
     names["naive"] = "naive: scipy rotation per element + forward of the batch" + (
         f" (first {len(quats)} elements)" if len(quats) < orbit.size else "")
     paths["naive"] = naive_path
-    rates = interleaved(paths, rounds, progress=lambda r, got: say(
-        f"  round {r + 1}/{rounds}: " + "  ".join(f"{k}={v[-1]:.0f}" for k, v in got.items()) + " cloud-elements/s"))
+    rates = interleaved(paths, rounds, progress=round_progress(say, rounds, "cloud-elements/s"))
     say()
     table = format_table([Row(names[k], rates[k], flops) for k in paths], peak, "cloud-elements/s",
                          reference=names["forward"], naive=names["naive"])

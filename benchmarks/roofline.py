@@ -23,8 +23,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["add_common_arguments", "write_results", "conv_peak_gflops", "flops_per_input", "interleaved", "Row", "format_table",
-           "sync", "best_batch", "engine_forward_batch", "describe_forward_batch", "results_path", "header"]
+__all__ = ["add_common_arguments", "write_results", "conv_rates", "conv_peak_gflops", "flops_per_input", "interleaved",
+           "round_progress", "Row", "format_table", "sync", "best_batch", "engine_forward_batch", "describe_forward_batch",
+           "results_path", "header"]
 
 
 def add_common_arguments(ap: argparse.ArgumentParser, rounds: int = 3) -> None:
@@ -139,6 +140,14 @@ def flops_per_input(model: torch.nn.Module, example: Any) -> float:
     with torch.inference_mode(), counter:
         model(*example) if isinstance(example, tuple) else model(example)
     return counter.get_total_flops() / max(len(first), 1)
+
+
+def round_progress(say: Callable[[str], None], rounds: int, unit: str) -> Callable[[int, dict[str, list[float]]], None]:
+    """An :func:`interleaved` ``progress`` callback that says each round's rates on one line
+    (``  round 2/3: a=120  b=98 <unit>``)."""
+    def progress(r: int, got: dict[str, list[float]]) -> None:
+        say(f"  round {r + 1}/{rounds}: " + "  ".join(f"{k}={v[-1]:.0f}" for k, v in got.items()) + f" {unit}")
+    return progress
 
 
 def interleaved(paths: dict[str, Callable[[], Any]], rounds: int, *,
